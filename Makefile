@@ -1,0 +1,45 @@
+# lockcell — build, test and run targets. See README.md.
+GO        ?= go
+# Packages of the main module (bench/peers is a separate module).
+PKGS      ?= ./...
+FUZZTIME  ?= 30s
+SIMSEEDS  ?= 20000
+DURATION  ?= 2m
+SEED      ?= 0
+
+.PHONY: all test test-race lint sim fuzz bench nemesis run build clean
+
+all: build
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+## test: the whole suite (under 10 minutes on 2 cores), with invariant checks on.
+test: lint
+	$(GO) test -tags invariants -count=1 -timeout 9m $(PKGS)
+
+## test-race: the suite under the race detector (slower; not part of make test).
+test-race:
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## lint: gofmt and go vet.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet -tags invariants $(PKGS)
+
+## sim: a long batch of Paxos simulator seeds.
+sim:
+	$(GO) test -tags invariants -count=1 -timeout 120m ./paxos -run TestSimulation -sim.seeds=$(SIMSEEDS)
+
+## fuzz: every fuzz target for FUZZTIME each.
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
+
+## bench: the Go benchmarks, briefly.
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 $(PKGS) >/dev/null
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,3 @@
+// Package lint holds repository-wide checks that run as plain Go tests: the
+// import-direction rule of DESIGN.md and the purity rule of the paxos core.
+package lint
