@@ -1,6 +1,6 @@
 module github.com/lockcell/lockcell
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/DataDog/zstd v1.5.7 // indirect
