@@ -1,0 +1,379 @@
+package api
+
+// This file is the request/response contract between clients and the cell.
+// Each RPC is one QUIC stream: the client writes one request frame whose tag
+// is the Method, and the master answers with one frame tagged ReplyOK (body:
+// the method's response type) or ReplyError (body: *Error). KeepAlive is the
+// same exchange on a stream the master holds open as a long-poll.
+//
+// Every request after CreateSession names its session and the master epoch
+// the client believes in; a request from an older epoch is refused with
+// Failover (Chubby §2.9) so that a client notices every change of master.
+
+// Method identifies an RPC; it is the tag of the request frame. Numbers are
+// stable: a method's number never changes meaning.
+type Method uint16
+
+// The methods.
+const (
+	MethodCreateSession Method = 1 + iota
+	MethodKeepAlive
+	MethodCloseSession
+	MethodOpen
+	MethodClose
+	MethodGetContentsAndStat
+	MethodGetStat
+	MethodReadDir
+	MethodSetContents
+	MethodDelete
+	MethodSetACL
+	MethodAcquire
+	MethodRelease
+	MethodGetSequencer
+	MethodCheckSequencer
+	MethodCreateTenant
+	MethodUpdateTenant
+	MethodListTenants
+	MethodListSessions
+	MethodListLocks
+	MethodCellStatus
+	MethodStepDown
+
+	numMethods // keep last
+)
+
+var methodNames = [...]string{
+	MethodCreateSession:      "CreateSession",
+	MethodKeepAlive:          "KeepAlive",
+	MethodCloseSession:       "CloseSession",
+	MethodOpen:               "Open",
+	MethodClose:              "Close",
+	MethodGetContentsAndStat: "GetContentsAndStat",
+	MethodGetStat:            "GetStat",
+	MethodReadDir:            "ReadDir",
+	MethodSetContents:        "SetContents",
+	MethodDelete:             "Delete",
+	MethodSetACL:             "SetACL",
+	MethodAcquire:            "Acquire",
+	MethodRelease:            "Release",
+	MethodGetSequencer:       "GetSequencer",
+	MethodCheckSequencer:     "CheckSequencer",
+	MethodCreateTenant:       "CreateTenant",
+	MethodUpdateTenant:       "UpdateTenant",
+	MethodListTenants:        "ListTenants",
+	MethodListSessions:       "ListSessions",
+	MethodListLocks:          "ListLocks",
+	MethodCellStatus:         "CellStatus",
+	MethodStepDown:           "StepDown",
+}
+
+// String returns the method's name, for example "Acquire".
+func (m Method) String() string {
+	if m >= 1 && m < numMethods {
+		return methodNames[m]
+	}
+	return "method(" + itoa(uint64(m)) + ")"
+}
+
+// Valid reports whether m is a known method.
+func (m Method) Valid() bool { return m >= 1 && m < numMethods }
+
+// Reply tags. They lie far above the method numbers so a reply can never be
+// mistaken for a request.
+const (
+	// ReplyOK tags a successful reply; its body is the method's response.
+	ReplyOK uint16 = 0xFF00
+	// ReplyError tags a failed reply; its body is an *Error.
+	ReplyError uint16 = 0xFF01
+)
+
+// Header is carried by every request made within a session.
+type Header struct {
+	// Session is the caller's session.
+	Session uint64 `msgpack:"s"`
+	// Epoch is the master epoch the client believes in (from
+	// CreateSessionResponse or the last KeepAlive). A request whose epoch is
+	// not the master's current one fails with Failover.
+	Epoch uint64 `msgpack:"e"`
+}
+
+// EventMask selects the node events a handle delivers to its session.
+type EventMask uint16
+
+// The event mask bits.
+const (
+	WantContentsModified EventMask = 1 << iota
+	WantChildAdded
+	WantChildRemoved
+	WantLockAcquired
+	WantConflictingLock
+)
+
+// Handle names an open node. It is self-describing, so a new master can
+// re-establish it on first use after a fail-over (Chubby §2.9): it names the
+// session that opened it, the path, and the node instance it was opened on;
+// if the node was deleted (or deleted and created again) the handle is
+// invalid and calls on it fail with NotFound.
+type Handle struct {
+	Session  uint64    `msgpack:"s"`
+	Path     string    `msgpack:"p"`
+	Instance uint64    `msgpack:"i"`
+	Events   EventMask `msgpack:"ev,omitempty"`
+	// Cache reports that the session caches the node's contents and
+	// metadata through this handle (see OpenRequest.Cache).
+	Cache bool `msgpack:"c,omitempty"`
+}
+
+// Empty is the response of calls that return nothing but success.
+type Empty struct{}
+
+// CreateSessionRequest opens a session. The principal comes from the
+// connection's client certificate, or from Token.
+type CreateSessionRequest struct {
+	// Token is a tenant token (an alternative to a client certificate).
+	Token string `msgpack:"tk,omitempty"`
+}
+
+// CreateSessionResponse describes the new session.
+type CreateSessionResponse struct {
+	Session uint64 `msgpack:"s"`
+	Epoch   uint64 `msgpack:"e"`
+	// LeaseTimeout is how long, from when the request was sent, the session
+	// is guaranteed to live without a KeepAlive, in nanoseconds.
+	LeaseTimeout int64  `msgpack:"lt"`
+	Principal    string `msgpack:"p"`
+	Tenant       string `msgpack:"t"`
+}
+
+// KeepAliveRequest is the long-poll that keeps a session alive. Ack
+// acknowledges every event with a sequence number up to it.
+type KeepAliveRequest struct {
+	Header
+	Ack uint64 `msgpack:"a"`
+}
+
+// KeepAliveResponse extends the session's lease and carries pending events.
+type KeepAliveResponse struct {
+	// LeaseTimeout is how long the lease lasts from when the master sent
+	// this reply, in nanoseconds. Clients count it from when they sent the
+	// request, which is conservative.
+	LeaseTimeout int64 `msgpack:"lt"`
+	// Epoch is the master's epoch.
+	Epoch  uint64  `msgpack:"e"`
+	Events []Event `msgpack:"ev,omitempty"`
+}
+
+// CloseSessionRequest ends the caller's session: its locks are released
+// without lock-delay and its ephemeral nodes deleted.
+type CloseSessionRequest struct {
+	Header
+}
+
+// OpenRequest opens, and optionally creates, a node.
+type OpenRequest struct {
+	Header
+	Path string `msgpack:"p"`
+	// Create makes the node if it is missing; MustCreate fails with
+	// AlreadyExists if it exists.
+	Create     bool `msgpack:"c,omitempty"`
+	MustCreate bool `msgpack:"x,omitempty"`
+	// The fields below apply only when the node is created.
+	Dir       bool      `msgpack:"d,omitempty"`
+	Ephemeral bool      `msgpack:"eph,omitempty"`
+	Contents  []byte    `msgpack:"b,omitempty"`
+	ACL       *ACLNames `msgpack:"a,omitempty"`
+	// LockDelay in nanoseconds; 0 means the cell default, -1 none.
+	LockDelay int64 `msgpack:"l,omitempty"`
+	// Events selects the events the handle delivers.
+	Events EventMask `msgpack:"ev,omitempty"`
+	// Cache asks the master to keep this session's cache of the node
+	// consistent: every read through the handle that answers Cacheable
+	// registers the session as caching the node, and before any later write
+	// to the node completes the master sends the session an
+	// EventContentsModified (for a delete, EventHandleInvalid) and waits
+	// until the session acknowledged it (KeepAlive Ack) or its lease ran
+	// out (Chubby §2.5). The session is then no longer caching the node
+	// until it reads it again.
+	Cache bool `msgpack:"cache,omitempty"`
+}
+
+// OpenResponse returns the handle and the node's metadata.
+type OpenResponse struct {
+	Handle  Handle   `msgpack:"h"`
+	Stat    NodeStat `msgpack:"st"`
+	Created bool     `msgpack:"c,omitempty"`
+}
+
+// HandleRequest is the request of calls that need only a handle: Close,
+// GetContentsAndStat, GetStat, Delete, GetSequencer.
+type HandleRequest struct {
+	Header
+	Handle Handle `msgpack:"h"`
+}
+
+// ContentsResponse carries a node's contents and metadata. Cacheable
+// reports that the master registered the session as caching the node (the
+// handle has Cache, and no write to the node was in progress): the client
+// may keep the answer until it is invalidated.
+type ContentsResponse struct {
+	Contents  []byte   `msgpack:"b"`
+	Stat      NodeStat `msgpack:"st"`
+	Cacheable bool     `msgpack:"c,omitempty"`
+}
+
+// StatResponse carries a node's metadata; Cacheable as in
+// ContentsResponse.
+type StatResponse struct {
+	Stat      NodeStat `msgpack:"st"`
+	Cacheable bool     `msgpack:"c,omitempty"`
+}
+
+// ReadDirRequest lists a directory's children in name order, a page at a
+// time: After is the last name of the previous page ("" for the first).
+type ReadDirRequest struct {
+	Header
+	Handle Handle `msgpack:"h"`
+	After  string `msgpack:"a,omitempty"`
+	// Limit bounds the page; 0 means the cell's default.
+	Limit int `msgpack:"l,omitempty"`
+}
+
+// ReadDirResponse is one page of a directory listing; Next, if not empty,
+// is the After of the following page.
+type ReadDirResponse struct {
+	Entries []DirEntry `msgpack:"e"`
+	Next    string     `msgpack:"n,omitempty"`
+}
+
+// SetContentsRequest writes a file; with IfGeneration not zero only if the
+// content generation equals it.
+type SetContentsRequest struct {
+	Header
+	Handle       Handle `msgpack:"h"`
+	Contents     []byte `msgpack:"b"`
+	IfGeneration uint64 `msgpack:"g,omitempty"`
+}
+
+// SetACLRequest replaces a node's ACL names; with IfGeneration not zero only
+// if the ACL generation equals it.
+type SetACLRequest struct {
+	Header
+	Handle       Handle   `msgpack:"h"`
+	ACL          ACLNames `msgpack:"a"`
+	IfGeneration uint64   `msgpack:"g,omitempty"`
+}
+
+// AcquireRequest takes the node's lock. With Wait the call waits in the
+// lock's FIFO queue at the master until granted or until the caller cancels
+// (which leaves no waiter behind); without it, it fails at once with Locked
+// or LockDelay.
+type AcquireRequest struct {
+	Header
+	Handle Handle   `msgpack:"h"`
+	Mode   LockMode `msgpack:"m"`
+	Wait   bool     `msgpack:"w,omitempty"`
+}
+
+// SequencerResponse carries a lock's sequencer (the encoding of
+// sequencer.Sequencer, signed by the cell) and its generation.
+type SequencerResponse struct {
+	Sequencer  []byte   `msgpack:"q"`
+	Generation uint64   `msgpack:"g"`
+	Mode       LockMode `msgpack:"m"`
+}
+
+// ReleaseRequest gives up the caller's hold of a lock. Generation must be
+// the generation being released, so a stale release frees nothing newer.
+type ReleaseRequest struct {
+	Header
+	Handle     Handle `msgpack:"h"`
+	Generation uint64 `msgpack:"g"`
+}
+
+// CheckSequencerRequest asks whether a sequencer is still current: the lock
+// is held in its mode at its generation on the same node instance.
+type CheckSequencerRequest struct {
+	Header
+	Sequencer []byte `msgpack:"q"`
+}
+
+// CheckSequencerResponse answers CheckSequencerRequest; Reason says why a
+// sequencer is not current.
+type CheckSequencerResponse struct {
+	Valid  bool   `msgpack:"v"`
+	Reason string `msgpack:"r,omitempty"`
+}
+
+// TenantRequest creates or updates a tenant (cell administrator only).
+type TenantRequest struct {
+	Header
+	Name  string      `msgpack:"n"`
+	Quota TenantQuota `msgpack:"q"`
+	// ACL names the new tenant root's ACL files (CreateTenant only).
+	ACL ACLNames `msgpack:"a,omitempty"`
+}
+
+// TenantResponse describes a tenant.
+type TenantResponse struct {
+	Tenant TenantInfo `msgpack:"t"`
+}
+
+// ListRequest lists the tenants (administrator), or the sessions or held
+// locks of a tenant (its own principals or the administrator).
+type ListRequest struct {
+	Header
+	Tenant string `msgpack:"t,omitempty"`
+}
+
+// ListTenantsResponse lists tenants.
+type ListTenantsResponse struct {
+	Tenants []TenantInfo `msgpack:"t"`
+}
+
+// ListSessionsResponse lists sessions.
+type ListSessionsResponse struct {
+	Sessions []SessionInfo `msgpack:"s"`
+}
+
+// ListLocksResponse lists held locks.
+type ListLocksResponse struct {
+	Locks []LockInfo `msgpack:"l"`
+}
+
+// CellStatusRequest asks any replica for the cell's status. It needs no
+// session and is answered by non-masters too.
+type CellStatusRequest struct{}
+
+// ReplicaStatus is one replica as the answering replica sees it.
+type ReplicaStatus struct {
+	ID      uint64 `msgpack:"id"`
+	Addr    string `msgpack:"a"`
+	Chosen  uint64 `msgpack:"c"`
+	Applied uint64 `msgpack:"ap"`
+	// Lag is how many slots the replica is behind the answering replica's
+	// chosen slot, as last reported (0 for itself).
+	Lag uint64 `msgpack:"l"`
+	// Master reports the master.
+	Master bool `msgpack:"m,omitempty"`
+}
+
+// CellStatusResponse describes the cell.
+type CellStatusResponse struct {
+	Cell     string          `msgpack:"cell"`
+	Replica  uint64          `msgpack:"r"`
+	Master   uint64          `msgpack:"m"`
+	Epoch    uint64          `msgpack:"e"`
+	Chosen   uint64          `msgpack:"c"`
+	Applied  uint64          `msgpack:"ap"`
+	Checksum uint64          `msgpack:"ck"`
+	Replicas []ReplicaStatus `msgpack:"rs"`
+	// PublicKey is the cell's Ed25519 key that signs sequencers.
+	PublicKey []byte `msgpack:"pk,omitempty"`
+}
+
+// StepDownRequest asks the master to hand mastership over (administrator
+// only); Next, if not zero, names the preferred successor.
+type StepDownRequest struct {
+	Header
+	Next uint64 `msgpack:"n,omitempty"`
+}

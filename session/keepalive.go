@@ -1,0 +1,125 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/monotime"
+)
+
+// Reply is the master's answer to a KeepAlive.
+type Reply struct {
+	// LeaseTimeout is how long the session's lease runs from the moment the
+	// master answered. It is relative because clocks differ between
+	// machines; the client measures it from when it sent the request, which
+	// can only shorten its view of the lease.
+	LeaseTimeout time.Duration
+	// Events are the session's unacknowledged events in Seq order. They are
+	// sent again on every reply until a KeepAlive acknowledges them.
+	Events []api.Event
+	// Epoch is the master epoch (Config.Epoch) the sequence numbers belong to.
+	Epoch uint64
+}
+
+// KeepAlive is the session's long-poll. It acknowledges the events with Seq
+// at or below ack, renews the lease at once (a KeepAlive arriving proves the
+// client alive), and then parks until either events are pending for the
+// session or the lease is Config.KeepAliveEarly from its end. Its answer
+// renews the lease again to a full grant from the moment of answering and
+// carries every unacknowledged event.
+//
+// ack refers to sequence numbers of this Manager's stream (Reply.Epoch); the
+// client starts again from 0 after a fail-over. Only one KeepAlive per
+// session is parked: a new one replaces the old, which returns
+// ErrSuperseded.
+//
+// It returns ctx.Err() if ctx ends first (the renewal on arrival stands, the
+// events stay queued); ErrNotServing, also when Stop is called while it is
+// parked; ErrUnknownSession; ErrExpired if the session's expiry is decided or
+// it is removed, also while parked; and an error wrapping ErrBadAck, without
+// renewing anything, if ack is beyond the last sequence number issued.
+func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, error) {
+	if err := ctx.Err(); err != nil {
+		return Reply{}, err
+	}
+	m.mu.Lock()
+	s, err := m.liveLocked(id)
+	if err != nil {
+		m.mu.Unlock()
+		return Reply{}, err
+	}
+	if ack > s.q.last {
+		m.mu.Unlock()
+		return Reply{}, fmt.Errorf("%w: ack %d, last event of session %d is %d", ErrBadAck, ack, id, s.q.last)
+	}
+	m.mu.keepalives++
+	now := m.clock.Now()
+	s.q.ack(ack)
+	m.broadcastAckLocked()
+	if s.failoverSeq != 0 && ack >= s.failoverSeq {
+		m.clearFailoverLocked(s)
+	}
+	m.renewLocked(s, now)
+	if s.parked != nil {
+		m.releaseLocked(s, ErrSuperseded)
+	}
+	if len(s.q.events) > 0 {
+		r := m.replyLocked(s, now)
+		m.mu.Unlock()
+		return r, nil
+	}
+	w := &waiter{wake: make(chan struct{}, 1)}
+	s.parked = w
+	answerAt := s.leaseEnd.Add(-m.cfg.KeepAliveEarly)
+	m.checkLocked(s)
+	m.keepalives.Add(1)
+	m.mu.Unlock()
+	defer m.keepalives.Done()
+
+	t := m.clock.NewTimer(answerAt.Sub(now))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.mu.Lock()
+			if s.parked == w {
+				s.parked = nil
+			}
+			m.mu.Unlock()
+			return Reply{}, ctx.Err()
+		case <-w.wake:
+		case <-t.C():
+		}
+		m.mu.Lock()
+		if w.err != nil {
+			m.mu.Unlock()
+			return Reply{}, w.err
+		}
+		now = m.clock.Now()
+		answerAt = s.leaseEnd.Add(-m.cfg.KeepAliveEarly)
+		if len(s.q.events) > 0 || !now.Before(answerAt) {
+			s.parked = nil
+			r := m.replyLocked(s, now)
+			m.mu.Unlock()
+			return r, nil
+		}
+		// A fire from before a renewal: wait for the new answer time.
+		t.Reset(answerAt.Sub(now))
+		m.mu.Unlock()
+	}
+}
+
+// replyLocked renews the session's lease and builds the answer.
+// REQUIRES: m.mu held; s live and not parked.
+func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
+	m.renewLocked(s, now)
+	m.checkLocked(s)
+	return Reply{
+		LeaseTimeout: s.leaseEnd.Sub(now),
+		Events:       slices.Clone(s.q.events),
+		Epoch:        m.cfg.Epoch,
+	}
+}
