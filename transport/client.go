@@ -1,0 +1,182 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/quic-go/quic-go"
+)
+
+// ClientConn is a client's connection to one replica, made by Dial. It
+// carries one stream per request (Call) and long-lived streams for
+// long-polls (OpenStream). Canceling a call's context resets that call's
+// stream only. A ClientConn does not redial: when it fails, Context is done
+// and the caller dials again (perhaps another replica). All methods are safe
+// for concurrent use.
+type ClientConn struct {
+	conn      *quic.Conn
+	tr        *quic.Transport
+	pc        net.PacketConn
+	addr      string
+	replica   uint64
+	max       int
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+// Dial connects to the first replica in cfg.Addrs (starting at cfg.Start)
+// whose handshake succeeds: its certificate must chain to cfg.CA and name a
+// replica. It returns an error wrapping ErrInvalidConfig for a bad
+// DialConfig, and one wrapping ErrNoReplica, joined with each attempt's
+// error, if no replica could be reached.
+func Dial(ctx context.Context, cfg DialConfig) (*ClientConn, error) {
+	cfg, err := cfg.populate()
+	if err != nil {
+		if cfg.PacketConn != nil {
+			_ = cfg.PacketConn.Close()
+		}
+		return nil, err
+	}
+	pc := cfg.PacketConn
+	if pc == nil {
+		var lc net.ListenConfig
+		if pc, err = lc.ListenPacket(ctx, "udp", ":0"); err != nil {
+			return nil, fmt.Errorf("transport: dial: %w", err)
+		}
+	}
+	tr := &quic.Transport{Conn: pc}
+	qconf := &quic.Config{
+		HandshakeIdleTimeout:  cfg.HandshakeTimeout,
+		MaxIdleTimeout:        cfg.IdleTimeout,
+		KeepAlivePeriod:       cfg.IdleTimeout / 3,
+		MaxIncomingStreams:    -1,
+		MaxIncomingUniStreams: -1,
+	}
+	var errs []error
+	for i := range cfg.Addrs {
+		addr := cfg.Addrs[(cfg.Start+i)%len(cfg.Addrs)]
+		conn, replica, err := dialOne(ctx, tr, addr, cfg, qconf)
+		if err == nil {
+			cfg.Logger.Debug("transport: connected", "addr", addr, "replica", replica)
+			return &ClientConn{conn: conn, tr: tr, pc: pc, addr: addr, replica: replica, max: cfg.MaxFrame}, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	_ = tr.Close()
+	_ = pc.Close()
+	return nil, fmt.Errorf("%w: %w", ErrNoReplica, errors.Join(errs...))
+}
+
+func dialOne(ctx context.Context, tr *quic.Transport, addr string, cfg DialConfig, qconf *quic.Config) (*quic.Conn, uint64, error) {
+	ap, err := resolve(ctx, addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	var replica uint64
+	dctx, cancel := context.WithTimeout(ctx, 2*cfg.HandshakeTimeout)
+	defer cancel()
+	conn, err := tr.Dial(dctx, net.UDPAddrFromAddrPort(ap), clientDialTLS(cfg, &replica), qconf)
+	if err != nil {
+		return nil, 0, err
+	}
+	return conn, replica, nil
+}
+
+// Addr returns the address of the replica this connection reached.
+func (c *ClientConn) Addr() string { return c.addr }
+
+// ReplicaID returns the id of the replica this connection reached, as its
+// certificate proved.
+func (c *ClientConn) ReplicaID() uint64 { return c.replica }
+
+// LocalAddr returns the local UDP address.
+func (c *ClientConn) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+
+// Context returns a context done when the connection closes, for whatever
+// reason.
+func (c *ClientConn) Context() context.Context { return c.conn.Context() }
+
+// Call sends one request on a new stream and returns the one frame the
+// replica answers with; the caller looks at its Tag and Decodes it. ctx
+// bounds the whole call; canceling it resets the stream (StreamCodeCanceled)
+// and leaves the connection usable. Call waits for a free stream when the
+// replica's limit of concurrent streams is reached. It returns an error
+// wrapping ErrEncode if req cannot be encoded or exceeds the frame limit,
+// and otherwise the errors of ClientStream's methods.
+func (c *ClientConn) Call(ctx context.Context, tag uint16, req any) (Frame, error) {
+	b, err := AppendFrame(nil, tag, req, c.max)
+	if err != nil {
+		return Frame{}, err
+	}
+	s, err := c.OpenStream(ctx)
+	if err != nil {
+		return Frame{}, err
+	}
+	defer s.Close()
+	if err := s.writeRaw(ctx, b); err != nil {
+		return Frame{}, err
+	}
+	if err := s.CloseWrite(); err != nil {
+		return Frame{}, streamErr(err)
+	}
+	return s.ReadFrame(ctx)
+}
+
+// OpenStream opens a stream for a long-poll or any exchange of several
+// frames, waiting for a free stream if the replica's limit is reached. It
+// returns ctx's error if ctx ends first, ErrConnClosed (wrapped) if the
+// connection has failed, and ErrClosed after Close.
+func (c *ClientConn) OpenStream(ctx context.Context) (*ClientStream, error) {
+	qs, err := c.conn.OpenStreamSync(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if c.closed.Load() {
+			return nil, ErrClosed
+		}
+		return nil, streamErr(err)
+	}
+	return &ClientStream{stream: stream{qs: qs, max: c.max}}, nil
+}
+
+// Close closes the connection (ConnCodeClosed) and its socket. Streams in
+// flight fail with ErrConnClosed.
+func (c *ClientConn) Close() error { return c.CloseWithError(ConnCodeClosed, "") }
+
+// CloseWithError closes the connection, telling the replica code and msg.
+// Only the first call has an effect.
+func (c *ClientConn) CloseWithError(code ApplicationErrorCode, msg string) error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		err = c.conn.CloseWithError(code, msg)
+		_ = c.tr.Close()
+		_ = c.pc.Close()
+	})
+	return err
+}
+
+// ClientStream is a stream a client opened: frames out and in (WriteFrame,
+// ReadFrame, CloseWrite, Cancel). For a long-poll, write the request, then
+// read frames as the replica sends them; a context ending during a read
+// resets the stream, so use one context for the stream's life. One goroutine
+// at a time may read, and one may write.
+type ClientStream struct {
+	stream
+}
+
+// Close finishes the sending side and resets the unread receiving side
+// (StreamCodeDone): the stream is abandoned without harming the connection.
+func (s *ClientStream) Close() error {
+	err := s.qs.Close()
+	s.qs.CancelRead(StreamCodeDone)
+	return err
+}

@@ -1,0 +1,318 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Frame layout on a stream (all integers big-endian):
+//
+//	+-----------------+---------+------------------------+
+//	| length (uint32) | tag u16 | body (length bytes)    |
+//	+-----------------+---------+------------------------+
+//
+// length counts the body only. The body is exactly one msgpack value; the
+// tag says what it is (the layers above assign tags; transport never looks
+// inside). A reader refuses a length above its maximum before reading or
+// allocating the body, and checks that the body is one well-formed msgpack
+// value (see validMsgpack) before handing it up, so a decoder above never
+// meets truncated or hostile msgpack.
+
+// HeaderLen is the length of a frame header: a 4-byte body length and a
+// 2-byte tag.
+const HeaderLen = 6
+
+// Frame size limits.
+const (
+	// DefaultMaxClientFrame is the largest client frame body when
+	// Config.MaxClientFrame and DialConfig.MaxFrame are zero: 1 MiB, four
+	// times the largest file contents (256 KiB) a request may carry.
+	DefaultMaxClientFrame = 1 << 20
+	// DefaultMaxPeerFrame is the largest peer frame body when
+	// Config.MaxPeerFrame is zero: 64 MiB, since Paxos snapshots travel on
+	// the peer stream.
+	DefaultMaxPeerFrame = 64 << 20
+	// MaxFrameLimit is the largest maximum a configuration may set (1 GiB).
+	MaxFrameLimit = 1 << 30
+	// maxNesting is the deepest msgpack nesting of arrays and maps a frame
+	// body may have. msgpack/v5 decodes recursively without a depth limit,
+	// so a body of a million 0x91 bytes would otherwise exhaust the stack.
+	maxNesting = 64
+)
+
+// Frame errors. A reader returns one of them (wrapped, with detail) for any
+// frame it refuses; match with errors.Is.
+var (
+	// ErrFrameTooLarge reports a frame whose declared body length exceeds the
+	// reader's maximum. Nothing of the body was read.
+	ErrFrameTooLarge = errors.New("transport: frame too large")
+	// ErrTruncatedFrame reports a stream that ended inside a frame.
+	ErrTruncatedFrame = errors.New("transport: truncated frame")
+	// ErrMalformedFrame reports a frame whose body is not exactly one
+	// well-formed msgpack value, or a body that does not decode into the
+	// value Decode was given.
+	ErrMalformedFrame = errors.New("transport: malformed frame")
+	// ErrEncode reports a value msgpack cannot encode, or an encoding larger
+	// than the frame limit.
+	ErrEncode = errors.New("transport: cannot encode message")
+)
+
+// Frame is one message read from a stream: its tag and its msgpack body.
+type Frame struct {
+	// Tag says what the body holds; its meaning belongs to the layer above.
+	Tag uint16
+	// Body is one well-formed msgpack value. The Frame owns it.
+	Body []byte
+}
+
+// Decode unmarshals the body into v (a pointer). It returns an error wrapping
+// ErrMalformedFrame if the body does not fit v.
+func (f Frame) Decode(v any) error {
+	return decodeBody(f.Body, v)
+}
+
+// Size is the frame's length on the wire, header included.
+func (f Frame) Size() int { return HeaderLen + len(f.Body) }
+
+func decodeBody(body []byte, v any) error {
+	r := bytes.NewReader(body)
+	dec := msgpack.GetDecoder()
+	dec.Reset(r)
+	err := dec.Decode(v)
+	msgpack.PutDecoder(dec)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformedFrame, err)
+	}
+	if r.Len() != 0 {
+		return fmt.Errorf("%w: %d trailing bytes after the body", ErrMalformedFrame, r.Len())
+	}
+	return nil
+}
+
+// AppendFrame appends the frame for (tag, v) to dst and returns the extended
+// slice. It returns an error wrapping ErrEncode if msgpack cannot encode v or
+// the body exceeds max bytes (max ≤ 0 means MaxFrameLimit); dst is then
+// returned unchanged. A msgpack.RawMessage value is copied verbatim, so
+// AppendFrame(dst, f.Tag, msgpack.RawMessage(f.Body), 0) re-encodes a Frame.
+func AppendFrame(dst []byte, tag uint16, v any, max int) ([]byte, error) {
+	if max <= 0 || max > MaxFrameLimit {
+		max = MaxFrameLimit
+	}
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, byte(tag>>8), byte(tag))
+	w := appendWriter{b: dst}
+	enc := msgpack.GetEncoder()
+	enc.Reset(&w)
+	err := enc.Encode(v)
+	msgpack.PutEncoder(enc)
+	if err != nil {
+		return dst[:start], fmt.Errorf("%w: %v", ErrEncode, err)
+	}
+	dst = w.b
+	n := len(dst) - start - HeaderLen
+	if n > max {
+		return dst[:start], fmt.Errorf("%w: body of %d bytes exceeds the %d-byte limit", ErrEncode, n, max)
+	}
+	binary.BigEndian.PutUint32(dst[start:], uint32(n))
+	return dst, nil
+}
+
+// appendWriter is an io.Writer that appends to a slice.
+type appendWriter struct{ b []byte }
+
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+// WriteFrame encodes v with msgpack and writes it to w as one frame with the
+// given tag, in a single Write call. It returns an error wrapping ErrEncode
+// if v cannot be encoded or exceeds MaxFrameLimit, and otherwise any error
+// of w.
+func WriteFrame(w io.Writer, tag uint16, v any) error {
+	buf, err := AppendFrame(nil, tag, v, 0)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one frame from r, refusing a body longer than max bytes
+// (max ≤ 0 means DefaultMaxClientFrame). It never panics and allocates at
+// most the declared body length, which it checks against max first.
+//
+// It returns io.EOF if r ends cleanly before the first header byte;
+// ErrTruncatedFrame (wrapped) if r ends inside a frame; ErrFrameTooLarge if
+// the declared length exceeds max; ErrMalformedFrame if the body is not
+// exactly one well-formed msgpack value; and otherwise r's error. After a
+// frame error the stream is out of step and must be abandoned.
+func ReadFrame(r io.Reader, max int) (Frame, error) {
+	if max <= 0 {
+		max = DefaultMaxClientFrame
+	}
+	var hdr [HeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return Frame{}, fmt.Errorf("%w: header cut short", ErrTruncatedFrame)
+		}
+		return Frame{}, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:4])
+	if uint64(n) > uint64(max) {
+		return Frame{}, fmt.Errorf("%w: %d-byte body exceeds the %d-byte limit", ErrFrameTooLarge, n, max)
+	}
+	f := Frame{Tag: binary.BigEndian.Uint16(hdr[4:]), Body: make([]byte, n)}
+	if _, err := io.ReadFull(r, f.Body); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return Frame{}, fmt.Errorf("%w: body cut short (want %d bytes)", ErrTruncatedFrame, n)
+		}
+		return Frame{}, err
+	}
+	if err := validMsgpack(f.Body); err != nil {
+		return Frame{}, err
+	}
+	return f, nil
+}
+
+// validMsgpack checks that b is exactly one well-formed msgpack value: every
+// declared length fits in the bytes that remain, nesting stays within
+// maxNesting, and nothing trails. It is iterative (a count of values still
+// owed) so hostile input cannot recurse, and it never allocates.
+//
+// The check exists because msgpack/v5 trusts declared lengths when decoding
+// into slices (it may allocate a 4-billion-element slice for a 5-byte body)
+// and recurses without bound; a body that passes here can declare no more
+// elements than it has bytes.
+func validMsgpack(b []byte) error {
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty body", ErrMalformedFrame)
+	}
+	// pending[d] is how many values are still owed at nesting depth d.
+	var pending [maxNesting + 1]uint64
+	depth := 0
+	pending[0] = 1
+	i := 0
+	for {
+		for depth > 0 && pending[depth] == 0 {
+			depth--
+		}
+		if pending[depth] == 0 {
+			break
+		}
+		pending[depth]--
+		if i >= len(b) {
+			return fmt.Errorf("%w: body ends inside a value at byte %d", ErrMalformedFrame, i)
+		}
+		c := b[i]
+		i++
+		var skip uint64 // payload bytes to skip
+		var children uint64
+		switch {
+		case c <= 0x7f, c >= 0xe0: // fixint
+		case c >= 0x80 && c <= 0x8f: // fixmap
+			children = 2 * uint64(c&0x0f)
+		case c >= 0x90 && c <= 0x9f: // fixarray
+			children = uint64(c & 0x0f)
+		case c >= 0xa0 && c <= 0xbf: // fixstr
+			skip = uint64(c & 0x1f)
+		case c == 0xc0, c == 0xc2, c == 0xc3: // nil, false, true
+		case c == 0xc1:
+			return fmt.Errorf("%w: reserved byte 0xc1 at %d", ErrMalformedFrame, i-1)
+		case c == 0xc4, c == 0xd9: // bin8, str8
+			l, err := readLen(b, &i, 1)
+			if err != nil {
+				return err
+			}
+			skip = l
+		case c == 0xc5, c == 0xda: // bin16, str16
+			l, err := readLen(b, &i, 2)
+			if err != nil {
+				return err
+			}
+			skip = l
+		case c == 0xc6, c == 0xdb: // bin32, str32
+			l, err := readLen(b, &i, 4)
+			if err != nil {
+				return err
+			}
+			skip = l
+		case c == 0xc7, c == 0xc8, c == 0xc9: // ext8/16/32: length, type, data
+			l, err := readLen(b, &i, 1<<(c-0xc7))
+			if err != nil {
+				return err
+			}
+			skip = l + 1
+		case c == 0xca: // float32
+			skip = 4
+		case c == 0xcb: // float64
+			skip = 8
+		case c == 0xcc, c == 0xd0: // uint8, int8
+			skip = 1
+		case c == 0xcd, c == 0xd1:
+			skip = 2
+		case c == 0xce, c == 0xd2:
+			skip = 4
+		case c == 0xcf, c == 0xd3:
+			skip = 8
+		case c >= 0xd4 && c <= 0xd8: // fixext 1,2,4,8,16 plus the type byte
+			skip = 1 + 1<<(c-0xd4)
+		case c == 0xdc, c == 0xde: // array16, map16
+			l, err := readLen(b, &i, 2)
+			if err != nil {
+				return err
+			}
+			children = l
+			if c == 0xde {
+				children *= 2
+			}
+		case c == 0xdd, c == 0xdf: // array32, map32
+			l, err := readLen(b, &i, 4)
+			if err != nil {
+				return err
+			}
+			children = l
+			if c == 0xdf {
+				children *= 2
+			}
+		}
+		if skip > uint64(len(b)-i) {
+			return fmt.Errorf("%w: %d-byte payload at byte %d overruns the body", ErrMalformedFrame, skip, i)
+		}
+		i += int(skip)
+		if children > 0 {
+			// Every child takes at least one byte, so a container cannot
+			// declare more children than bytes remain.
+			if children > uint64(len(b)-i) {
+				return fmt.Errorf("%w: container at byte %d declares %d elements, more than the body holds", ErrMalformedFrame, i, children)
+			}
+			if depth == maxNesting {
+				return fmt.Errorf("%w: nesting deeper than %d", ErrMalformedFrame, maxNesting)
+			}
+			depth++
+			pending[depth] = children
+		}
+	}
+	if i != len(b) {
+		return fmt.Errorf("%w: %d trailing bytes after the value", ErrMalformedFrame, len(b)-i)
+	}
+	return nil
+}
+
+// readLen reads a big-endian length of size bytes at b[*i:].
+func readLen(b []byte, i *int, size int) (uint64, error) {
+	if len(b)-*i < size {
+		return 0, fmt.Errorf("%w: length field cut short at byte %d", ErrMalformedFrame, *i)
+	}
+	var l uint64
+	for k := 0; k < size; k++ {
+		l = l<<8 | uint64(b[*i+k])
+	}
+	*i += size
+	return l, nil
+}
