@@ -1,0 +1,117 @@
+package paxos
+
+// The acceptor: promises, accepts, lease grants.
+
+// grantLive reports whether this acceptor holds a live lease grant to a
+// proposer other than replica from (an unknown holder, after a restart,
+// counts as another).
+func (n *Node) grantBlocks(from ID) bool {
+	return n.grantLeft > 0 && (n.grantBallot == 0 || n.grantBallot.ID() != from)
+}
+
+// canPromiseSelf reports whether this replica may promise its own new
+// ballot: no live grant to another proposer.
+func (n *Node) canPromiseSelf() bool { return !n.grantBlocks(n.id) }
+
+// grant gives ballot b a lease of LeaseTicks from now.
+func (n *Node) grant(b Ballot) {
+	if b <= n.released {
+		return
+	}
+	n.grantBallot = b
+	n.grantLeft = n.cfg.LeaseTicks
+}
+
+// onPrepare handles Phase 1a.
+func (n *Node) onPrepare(m Message) {
+	if m.Ballot < n.promised {
+		n.send(Message{Type: MsgReject, To: m.From, Ballot: m.Ballot, Promised: n.promised})
+		return
+	}
+	if m.Ballot > n.promised && n.grantBlocks(m.From) {
+		// A lease we granted is live: we promised its holder not to help
+		// anyone else until it runs out. Say how long, so the candidate
+		// retries promptly.
+		n.send(Message{Type: MsgReject, To: m.From, Ballot: m.Ballot, Promised: n.promised, LeaseLeft: uint64(n.grantLeft)})
+		return
+	}
+	if m.Ballot > n.promised {
+		n.promised = m.Ballot
+		if n.role != Follower {
+			n.becomeFollower(0)
+		}
+		n.leaderBallot = 0
+		n.resetElection()
+	}
+	from := max(m.Slot, n.compacted+1)
+	var ents []Entry
+	for s := from; s <= n.lastSlot; s++ {
+		if e, ok := n.log[s]; ok {
+			ents = append(ents, e)
+		}
+	}
+	n.send(Message{Type: MsgPromise, To: m.From, Ballot: m.Ballot, Entries: ents, Compacted: n.compacted})
+}
+
+// onAccept handles Phase 2a (and heartbeats, which are accepts without
+// entries).
+func (n *Node) onAccept(m Message) {
+	if m.Ballot < n.promised {
+		n.send(Message{Type: MsgReject, To: m.From, Ballot: m.Ballot, Promised: n.promised})
+		return
+	}
+	if m.Ballot > n.promised {
+		n.promised = m.Ballot
+	}
+	if n.role != Follower {
+		n.becomeFollower(m.Ballot)
+	}
+	n.leaderBallot = m.Ballot
+	n.electionElapsed = 0
+	n.campaignASAP = false
+	n.grant(m.Ballot)
+	var slots []Slot
+	if len(m.Entries) > 0 {
+		slots = make([]Slot, 0, len(m.Entries))
+	}
+	for _, e := range m.Entries {
+		slots = append(slots, e.Slot)
+		if e.Slot <= n.chosen || e.Slot <= n.compacted {
+			// Already chosen here; any value proposed at a ballot at or above
+			// our promise is the chosen one, so acknowledging is sound.
+			continue
+		}
+		n.setLog(e)
+	}
+	// Learn from the piggybacked chosen index: a slot up to it whose entry
+	// we hold at the leader's ballot holds the leader's value, which the
+	// leader knows chosen.
+	for n.chosen < m.Commit {
+		e, ok := n.log[n.chosen+1]
+		if !ok || e.Ballot != m.Ballot {
+			break
+		}
+		n.markChosen(e)
+	}
+	n.send(Message{Type: MsgAccepted, To: m.From, Ballot: m.Ballot, Slots: slots, Tick: m.Tick})
+	n.maybeLearn(m.From, m.Commit)
+}
+
+// onRelease handles MsgRelease and MsgTimeoutNow from a leader that
+// stepped down.
+func (n *Node) onRelease(m Message) {
+	n.released = max(n.released, m.Ballot)
+	if n.grantBallot == m.Ballot {
+		n.grantLeft = 0
+	}
+	if n.leaderBallot == m.Ballot {
+		n.leaderBallot = 0
+	}
+	if m.Type == MsgTimeoutNow && m.Ballot >= n.promised && n.role == Follower {
+		if n.canPromiseSelf() {
+			n.campaign()
+		} else {
+			n.campaignASAP = true
+		}
+	}
+}

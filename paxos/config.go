@@ -1,0 +1,146 @@
+package paxos
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Defaults, in ticks of the caller's clock. The cell ticks every 10 ms, so
+// the master lease is about 1 s, renewed every 250 ms, and a follower that
+// hears nothing from the leader campaigns after 1.1–1.32 s: a killed master is
+// replaced roughly a lease plus 0.1–0.3 s after its last renewal.
+const (
+	// DefaultLeaseTicks is the master lease length when Config.LeaseTicks is 0.
+	DefaultLeaseTicks = 100
+	// DefaultDriftPPM is the clock-rate drift bound when Config.DriftPPM is 0:
+	// 1% (10 000 parts per million).
+	DefaultDriftPPM = 10_000
+	// DefaultMaxInflight is the Phase 2 window when Config.MaxInflight is 0.
+	DefaultMaxInflight = 32
+	// DefaultMaxBatch is the number of commands per slot when
+	// Config.MaxBatch is 0.
+	DefaultMaxBatch = 256
+	// MaxDriftPPM is the largest accepted drift bound (50%).
+	MaxDriftPPM = 500_000
+	// MaxReplicas is the largest cell the core supports.
+	MaxReplicas = 64
+)
+
+// Config configures a Node. The zero value of every field but ID, Replicas
+// and Storage selects a documented default.
+type Config struct {
+	// ID is this replica's ID; it must be listed in Replicas.
+	ID ID
+	// Replicas lists every replica of the cell, this one included (1 to
+	// MaxReplicas distinct IDs, none 0). Every replica must use the same list.
+	Replicas []ID
+	// LeaseTicks is the length of the master lease an acceptor grants, on the
+	// acceptor's own clock. If zero, DefaultLeaseTicks (100). At least 4.
+	LeaseTicks int
+	// HeartbeatTicks is how often the leader renews its lease and
+	// retransmits unacknowledged accepts. If zero, LeaseTicks/4. It must be
+	// at least 1 and at most LeaseTicks/2 (renew well before expiry).
+	HeartbeatTicks int
+	// ElectionTicks is the least number of ticks a follower waits without
+	// hearing from a leader before it campaigns; the actual wait is drawn
+	// from [ElectionTicks, ElectionTicks+ElectionTicks/5] using Seed. If
+	// zero, LeaseTicks + LeaseTicks/10. It must exceed HeartbeatTicks. A
+	// leader that holds no lease for ElectionTicks steps down.
+	ElectionTicks int
+	// DriftPPM bounds the relative difference of tick rates between any two
+	// replicas, in parts per million: a replica's tick may last up to
+	// (1+DriftPPM/1e6) times another's. The leader shortens its view of each
+	// lease by this factor. If zero, DefaultDriftPPM (1%). At most MaxDriftPPM.
+	DriftPPM uint32
+	// MaxInflight is the number of slots the leader may have proposed but not
+	// yet know chosen (the Phase 2 window). If zero, DefaultMaxInflight.
+	MaxInflight int
+	// MaxBatch is the most commands the leader packs into one slot. If zero,
+	// DefaultMaxBatch. Proposals beyond 4*MaxInflight*MaxBatch waiting for a
+	// slot are refused with ErrBusy.
+	MaxBatch int
+	// Seed seeds the election jitter. Give each replica a different seed.
+	Seed uint64
+	// Storage is the durable log the node restores from. Required.
+	Storage Storage
+	// Applied is the last slot the application has applied (its state on
+	// restart); chosen values up to it are not handed out again. If it lies
+	// below the stored snapshot, the first Ready hands out the snapshot.
+	Applied Slot
+}
+
+// populate returns cfg with defaults filled in.
+func (cfg Config) populate() Config {
+	if cfg.LeaseTicks == 0 {
+		cfg.LeaseTicks = DefaultLeaseTicks
+	}
+	if cfg.HeartbeatTicks == 0 {
+		cfg.HeartbeatTicks = cfg.LeaseTicks / 4
+	}
+	if cfg.ElectionTicks == 0 {
+		cfg.ElectionTicks = cfg.LeaseTicks + cfg.LeaseTicks/10
+	}
+	if cfg.DriftPPM == 0 {
+		cfg.DriftPPM = DefaultDriftPPM
+	}
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = DefaultMaxInflight
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	cfg.Replicas = append([]ID(nil), cfg.Replicas...)
+	sort.Slice(cfg.Replicas, func(i, j int) bool { return cfg.Replicas[i] < cfg.Replicas[j] })
+	return cfg
+}
+
+// validate rejects a populated Config that contradicts itself.
+func (cfg Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if cfg.ID == 0 || cfg.ID > MaxID {
+		return bad("ID %d out of range 1..%d", cfg.ID, MaxID)
+	}
+	if len(cfg.Replicas) == 0 || len(cfg.Replicas) > MaxReplicas {
+		return bad("%d replicas, want 1..%d", len(cfg.Replicas), MaxReplicas)
+	}
+	self := false
+	for i, id := range cfg.Replicas {
+		if id == 0 || id > MaxID {
+			return bad("replica ID %d out of range 1..%d", id, MaxID)
+		}
+		if i > 0 && cfg.Replicas[i-1] == id {
+			return bad("replica %d listed twice", id)
+		}
+		self = self || id == cfg.ID
+	}
+	if !self {
+		return bad("ID %d is not in Replicas", cfg.ID)
+	}
+	if cfg.Storage == nil {
+		return bad("Storage is nil")
+	}
+	if cfg.LeaseTicks < 4 {
+		return bad("LeaseTicks %d < 4", cfg.LeaseTicks)
+	}
+	if cfg.HeartbeatTicks < 1 || 2*cfg.HeartbeatTicks > cfg.LeaseTicks {
+		return bad("HeartbeatTicks %d must be in 1..LeaseTicks/2 (%d)", cfg.HeartbeatTicks, cfg.LeaseTicks/2)
+	}
+	if cfg.ElectionTicks <= cfg.HeartbeatTicks {
+		return bad("ElectionTicks %d must exceed HeartbeatTicks %d", cfg.ElectionTicks, cfg.HeartbeatTicks)
+	}
+	if cfg.DriftPPM > MaxDriftPPM {
+		return bad("DriftPPM %d > %d", cfg.DriftPPM, MaxDriftPPM)
+	}
+	if leaseEffective(cfg.LeaseTicks, cfg.DriftPPM) <= uint64(cfg.HeartbeatTicks) {
+		return bad("the lease of %d ticks shortened by the drift bound is not longer than HeartbeatTicks %d", cfg.LeaseTicks, cfg.HeartbeatTicks)
+	}
+	if cfg.MaxInflight < 1 || cfg.MaxBatch < 1 {
+		return bad("MaxInflight %d and MaxBatch %d must be positive", cfg.MaxInflight, cfg.MaxBatch)
+	}
+	if cfg.MaxInflight > 1<<16 || cfg.MaxBatch > 1<<20 {
+		return bad("MaxInflight %d or MaxBatch %d too large", cfg.MaxInflight, cfg.MaxBatch)
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package paxos
+
+import "slices"
+
+// The learner: chosen values, catch-up, outcomes.
+
+// markChosen records that e (the entry this replica now holds in slot
+// chosen+1) holds the slot's chosen value.
+// REQUIRES: e.Slot == n.chosen+1 and n.log[e.Slot] == e.
+func (n *Node) markChosen(e Entry) {
+	if e.Slot != n.chosen+1 {
+		panic("paxos: invariant broken: markChosen out of order")
+	}
+	n.chosen = e.Slot
+	n.resolve(e.Slot, e.Value)
+}
+
+// resolve decides our proposals placed in slot s, whose chosen value is v.
+func (n *Node) resolve(s Slot, v Value) {
+	ids, ok := n.waiting[s]
+	if !ok {
+		return
+	}
+	delete(n.waiting, s)
+	for _, id := range ids {
+		o := Outcome{ID: id, Slot: s, Err: ErrPreempted}
+		for _, c := range v.Cmds {
+			if c.ID == id {
+				o.Err = nil
+				break
+			}
+		}
+		n.outcomes = append(n.outcomes, o)
+	}
+}
+
+// maybeLearn asks peer for chosen values if it knows more than we do and no
+// request is outstanding.
+func (n *Node) maybeLearn(peer ID, commit Slot) {
+	if commit <= n.chosen || n.learnWait > 0 {
+		return
+	}
+	n.learnWait = n.cfg.HeartbeatTicks
+	n.send(Message{Type: MsgLearnReq, To: peer, Slot: n.chosen + 1})
+}
+
+// onLearnReq serves chosen values from m.Slot on: from the log, or the
+// snapshot if the log no longer reaches back that far.
+func (n *Node) onLearnReq(m Message) {
+	if m.Slot > n.chosen {
+		return
+	}
+	if m.Slot <= n.compacted {
+		snap, err := n.cfg.Storage.Snapshot()
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		if snap.Slot < m.Slot || snap.Slot > n.chosen {
+			return // storage and core disagree for a moment; the peer retries
+		}
+		n.send(Message{Type: MsgSnapshot, To: m.From, Snapshot: snap})
+		return
+	}
+	var ents []Entry
+	size := 0
+	for s := m.Slot; s <= n.chosen && len(ents) < maxLearnSlots && size < maxLearnBytes; s++ {
+		e := n.log[s]
+		ents = append(ents, e)
+		for _, c := range e.Value.Cmds {
+			size += len(c.Data) + 16
+		}
+	}
+	n.send(Message{Type: MsgLearn, To: m.From, Entries: ents})
+}
+
+// onLearn takes chosen values.
+func (n *Node) onLearn(m Message) {
+	n.learnWait = 0
+	for _, e := range m.Entries {
+		if e.Slot <= n.chosen {
+			continue
+		}
+		if e.Slot != n.chosen+1 {
+			break
+		}
+		if n.role == Leader {
+			if in, ok := n.lead.inflight[e.Slot]; ok && !sameValue(in.value, e.Value) {
+				// Another leader's value was chosen where we proposed: a
+				// higher ballot has taken over.
+				n.becomeFollower(0)
+			} else if ok {
+				delete(n.lead.inflight, e.Slot)
+			}
+		}
+		// Keep the higher of the two ballots: never report having accepted
+		// at a lower ballot than we did. Claiming the chosen value at our
+		// higher ballot is sound, since every value proposed at a ballot at
+		// or above the one that chose it is the chosen value.
+		if old, ok := n.log[e.Slot]; ok && old.Ballot > e.Ballot {
+			e.Ballot = old.Ballot
+		}
+		n.setLog(e)
+		n.markChosen(e)
+	}
+	if n.role == Leader {
+		n.advanceLeaderChosen()
+	}
+	if n.role == Candidate {
+		n.tryWin()
+	}
+	n.maybeLearn(m.From, m.Commit)
+}
+
+// onSnapshot installs a snapshot from a peer that compacted past what we
+// have chosen, then asks for the tail.
+func (n *Node) onSnapshot(m Message) {
+	n.learnWait = 0
+	snap := m.Snapshot
+	if snap.Slot <= n.chosen {
+		return
+	}
+	if n.role == Leader {
+		n.becomeFollower(0)
+	}
+	var lost []Slot
+	for s := range n.waiting {
+		if s <= snap.Slot {
+			lost = append(lost, s)
+		}
+	}
+	slices.Sort(lost) // outcomes in slot order, whatever the map order
+	for _, s := range lost {
+		for _, id := range n.waiting[s] {
+			n.outcomes = append(n.outcomes, Outcome{ID: id, Slot: s, Err: ErrOutcomeUnknown})
+		}
+		delete(n.waiting, s)
+	}
+	n.dropLog(snap.Slot)
+	for s := range n.unsavedIdx {
+		if s <= snap.Slot {
+			n.compactUnsaved(snap.Slot)
+			break
+		}
+	}
+	n.chosen = snap.Slot
+	n.handed = max(n.handed, snap.Slot)
+	n.pendingSnap = snap
+	if n.role == Candidate {
+		n.tryWin()
+	}
+	n.maybeLearn(m.From, m.Commit)
+}
+
+// compactUnsaved drops unsaved entries at or below s.
+func (n *Node) compactUnsaved(s Slot) {
+	kept := n.unsaved[:0]
+	clear(n.unsavedIdx)
+	for _, e := range n.unsaved {
+		if e.Slot > s {
+			n.unsavedIdx[e.Slot] = len(kept)
+			kept = append(kept, e)
+		}
+	}
+	n.unsaved = kept
+}
+
+// sameValue reports whether a and b hold the same commands.
+func sameValue(a, b Value) bool {
+	if len(a.Cmds) != len(b.Cmds) {
+		return false
+	}
+	for i := range a.Cmds {
+		if a.Cmds[i].ID != b.Cmds[i].ID || string(a.Cmds[i].Data) != string(b.Cmds[i].Data) {
+			return false
+		}
+	}
+	return true
+}

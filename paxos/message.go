@@ -1,0 +1,248 @@
+package paxos
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MessageType says what a Message means and which of its fields are used.
+type MessageType uint8
+
+// The message types. Every message carries Type, To, From and Commit (the
+// sender's chosen index, so any message can tell its receiver it is behind).
+const (
+	// MsgPrepare (Phase 1a): a candidate asks for a promise on Ballot for
+	// every slot from Slot onward.
+	MsgPrepare MessageType = iota + 1
+	// MsgPromise (Phase 1b): the acceptor promised Ballot; Entries are all it
+	// accepted from the Prepare's Slot onward (the ones at or below Commit
+	// hold chosen values); Compacted is its snapshot slot (it holds no
+	// entries at or below it).
+	MsgPromise
+	// MsgAccept (Phase 2a): the leader with Ballot asks to accept Entries
+	// (all at Ballot; none for a heartbeat) and asks for a lease grant. Tick
+	// is the leader's tick count when it sent the message.
+	MsgAccept
+	// MsgAccepted (Phase 2b): the acceptor accepted Slots at Ballot and
+	// granted the lease; Tick echoes the Accept's Tick.
+	MsgAccepted
+	// MsgReject: the acceptor refused Ballot because it promised Promised,
+	// or because a lease it granted to another leader has LeaseLeft ticks to
+	// run.
+	MsgReject
+	// MsgLearnReq asks the receiver for the chosen values from Slot onward.
+	MsgLearnReq
+	// MsgLearn carries chosen values (Entries, contiguous) for a learner.
+	MsgLearn
+	// MsgSnapshot carries a snapshot for a learner that is behind the
+	// sender's compaction point; it asks for the tail with MsgLearnReq.
+	MsgSnapshot
+	// MsgRelease: the leader with Ballot stepped down; acceptors drop its
+	// lease grant.
+	MsgRelease
+	// MsgTimeoutNow: the leader with Ballot stepped down and asks the
+	// receiver to campaign at once (it also releases the grant).
+	MsgTimeoutNow
+
+	msgTypeEnd // one past the last type
+)
+
+var msgTypeNames = [...]string{
+	MsgPrepare: "Prepare", MsgPromise: "Promise", MsgAccept: "Accept", MsgAccepted: "Accepted",
+	MsgReject: "Reject", MsgLearnReq: "LearnReq", MsgLearn: "Learn", MsgSnapshot: "Snapshot",
+	MsgRelease: "Release", MsgTimeoutNow: "TimeoutNow",
+}
+
+// String returns the type's name, for example "Prepare".
+func (t MessageType) String() string {
+	if t >= 1 && t < msgTypeEnd {
+		return msgTypeNames[t]
+	}
+	return fmt.Sprintf("MessageType(%d)", uint8(t))
+}
+
+// Message is the single wire type between replicas. The cell encodes it with
+// msgpack (the short tags below). Slices in messages produced by Ready are
+// shared between messages and with the core: the caller must not modify them.
+type Message struct {
+	Type      MessageType `msgpack:"t"`
+	To        ID          `msgpack:"o"`
+	From      ID          `msgpack:"f"`
+	Ballot    Ballot      `msgpack:"b,omitempty"`
+	Slot      Slot        `msgpack:"s,omitempty"`
+	Commit    Slot        `msgpack:"c,omitempty"`
+	Tick      uint64      `msgpack:"k,omitempty"`
+	Promised  Ballot      `msgpack:"p,omitempty"`
+	LeaseLeft uint64      `msgpack:"l,omitempty"`
+	Compacted Slot        `msgpack:"z,omitempty"`
+	Entries   []Entry     `msgpack:"e,omitempty"`
+	Slots     []Slot      `msgpack:"a,omitempty"`
+	Snapshot  Snapshot    `msgpack:"n"`
+}
+
+// String describes m on one stable line, for logs and golden tests.
+func (m Message) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d->%d %s", m.From, m.To, m.Type)
+	if m.Ballot != 0 {
+		fmt.Fprintf(&b, " b=%s", m.Ballot)
+	}
+	if m.Slot != 0 {
+		fmt.Fprintf(&b, " slot=%d", m.Slot)
+	}
+	fmt.Fprintf(&b, " commit=%d", m.Commit)
+	if m.Tick != 0 {
+		fmt.Fprintf(&b, " tick=%d", m.Tick)
+	}
+	if m.Promised != 0 {
+		fmt.Fprintf(&b, " promised=%s", m.Promised)
+	}
+	if m.LeaseLeft != 0 {
+		fmt.Fprintf(&b, " leaseleft=%d", m.LeaseLeft)
+	}
+	if m.Compacted != 0 {
+		fmt.Fprintf(&b, " compacted=%d", m.Compacted)
+	}
+	if len(m.Entries) > 0 {
+		b.WriteString(" entries=[")
+		for i, e := range m.Entries {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(describeEntry(e))
+		}
+		b.WriteByte(']')
+	}
+	if len(m.Slots) > 0 {
+		fmt.Fprintf(&b, " slots=%v", m.Slots)
+	}
+	if !m.Snapshot.IsEmpty() {
+		fmt.Fprintf(&b, " snap=%d", m.Snapshot.Slot)
+	}
+	return b.String()
+}
+
+// describeEntry formats e as slot@ballot:value, for example 3@2.1:noop or
+// 4@2.1:{2.1/1 2.1/2}.
+func describeEntry(e Entry) string {
+	if e.Value.IsNoop() {
+		return fmt.Sprintf("%d@%s:noop", e.Slot, e.Ballot)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d@%s:{", e.Slot, e.Ballot)
+	for i, c := range e.Value.Cmds {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s/%d", c.ID.Ballot, c.ID.Seq)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Limits on what a message may carry; beyond them it is rejected.
+const (
+	// MaxSlot is the highest slot number a message may name.
+	MaxSlot Slot = 1 << 62
+	// maxMsgEntries bounds Entries and Slots per message.
+	maxMsgEntries = 1 << 16
+	// maxLearnSlots and maxLearnBytes bound one MsgLearn the core sends.
+	maxLearnSlots = 1024
+	maxLearnBytes = 1 << 20
+)
+
+// check validates what can be validated of m without the node's state
+// beyond its identity: addressing, type, ballot ownership, slot sanity.
+func (n *Node) check(m *Message) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s from %d: "+format, append([]any{ErrInvalidMessage, m.Type, m.From}, args...)...)
+	}
+	if m.Type < 1 || m.Type >= msgTypeEnd {
+		return bad("unknown message type %d", uint8(m.Type))
+	}
+	if m.To != n.id {
+		return bad("addressed to %d, this is %d", m.To, n.id)
+	}
+	if m.From == n.id || n.index(m.From) < 0 {
+		return bad("sender %d is not a peer", m.From)
+	}
+	if m.Commit > MaxSlot || m.Slot > MaxSlot || m.Compacted > MaxSlot {
+		return bad("slot number beyond %d", MaxSlot)
+	}
+	if len(m.Entries) > maxMsgEntries || len(m.Slots) > maxMsgEntries {
+		return bad("%d entries, %d slots: too many", len(m.Entries), len(m.Slots))
+	}
+	for i, e := range m.Entries {
+		if e.Slot == 0 || e.Slot > MaxSlot {
+			return bad("entry slot %d out of range", e.Slot)
+		}
+		if i > 0 && e.Slot <= m.Entries[i-1].Slot {
+			return bad("entry slots not increasing")
+		}
+	}
+	for i, s := range m.Slots {
+		if s == 0 || s > MaxSlot {
+			return bad("slot %d out of range", s)
+		}
+		if i > 0 && s <= m.Slots[i-1] {
+			return bad("slots not increasing")
+		}
+	}
+	own := func() error { // the ballot must be the sender's own
+		if m.Ballot == 0 || m.Ballot.ID() != m.From {
+			return bad("ballot %s does not belong to the sender", m.Ballot)
+		}
+		return nil
+	}
+	ours := func() error { // the ballot must be one of ours
+		if m.Ballot == 0 || m.Ballot.ID() != n.id {
+			return bad("ballot %s is not this replica's", m.Ballot)
+		}
+		return nil
+	}
+	switch m.Type {
+	case MsgPrepare:
+		if m.Slot == 0 {
+			return bad("prepare from slot 0")
+		}
+		return own()
+	case MsgAccept:
+		for _, e := range m.Entries {
+			if e.Ballot != m.Ballot {
+				return bad("entry %d at ballot %s in an accept at %s", e.Slot, e.Ballot, m.Ballot)
+			}
+		}
+		return own()
+	case MsgRelease, MsgTimeoutNow:
+		return own()
+	case MsgPromise:
+		for _, e := range m.Entries {
+			if e.Slot > m.Commit && e.Ballot > m.Ballot {
+				return bad("unchosen entry %d at ballot %s above the promise %s", e.Slot, e.Ballot, m.Ballot)
+			}
+		}
+		return ours()
+	case MsgAccepted:
+		return ours()
+	case MsgReject:
+		return ours()
+	case MsgLearn:
+		for i, e := range m.Entries {
+			if e.Slot > m.Commit {
+				return bad("learn entry %d above the sender's chosen %d", e.Slot, m.Commit)
+			}
+			if i > 0 && e.Slot != m.Entries[i-1].Slot+1 {
+				return bad("learn entries not contiguous")
+			}
+		}
+	case MsgSnapshot:
+		if m.Snapshot.Slot == 0 || m.Snapshot.Slot > m.Commit {
+			return bad("snapshot slot %d outside 1..%d", m.Snapshot.Slot, m.Commit)
+		}
+	case MsgLearnReq:
+		if m.Slot == 0 {
+			return bad("learn request from slot 0")
+		}
+	}
+	return nil
+}

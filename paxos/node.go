@@ -1,0 +1,603 @@
+package paxos
+
+import (
+	"fmt"
+)
+
+// Role is what a replica currently does besides accepting.
+type Role uint8
+
+// The roles. Every replica is always an acceptor and a learner too.
+const (
+	// Follower follows a leader (or waits to hear one).
+	Follower Role = iota
+	// Candidate runs Phase 1 with its own ballot.
+	Candidate
+	// Leader completed Phase 1 and proposes in Phase 2.
+	Leader
+)
+
+// String returns the role's name.
+func (r Role) String() string {
+	switch r {
+	case Follower:
+		return "follower"
+	case Candidate:
+		return "candidate"
+	case Leader:
+		return "leader"
+	}
+	return fmt.Sprintf("Role(%d)", uint8(r))
+}
+
+// SoftState is volatile state worth telling the caller about when it
+// changes: who leads, whether this replica is master, and the epoch.
+type SoftState struct {
+	// Leader is the replica this one believes leads (0 if unknown).
+	Leader ID
+	// Master is Status().Master.
+	Master bool
+	// Epoch is the ballot of the leader this replica follows or is
+	// (0 if unknown).
+	Epoch Ballot
+}
+
+// Outcome is the definite end of one accepted Propose call.
+//
+// A proposal is decided only once it cannot change: chosen at Slot (Err nil),
+// or definitely not chosen (Err is ErrNotLeader when leadership was lost
+// before the proposal was placed in a slot, ErrPreempted when its slot's
+// chosen value is another). A proposal already placed in a slot is decided
+// only when that slot's chosen value is learned; this replica keeps tracking
+// it across changes of leadership (but not across a restart). The one
+// exception: if the replica installs a snapshot covering the slot before it
+// learned the slot's value, the outcome is ErrOutcomeUnknown.
+type Outcome struct {
+	ID   ProposalID
+	Slot Slot
+	Err  error
+}
+
+// Ready is a batch of work for the caller; see the package documentation for
+// the order in which to handle its fields.
+type Ready struct {
+	// HardState to persist; zero if unchanged.
+	HardState HardState
+	// Entries to persist (accepted or learned), in the same atomic batch as
+	// HardState, replacing any stored entry in the same slot.
+	Entries []Entry
+	// MustSync reports that HardState and Entries must be on stable storage
+	// (fsync) before any of Messages is sent.
+	MustSync bool
+	// Messages to send once HardState and Entries are persisted.
+	Messages []Message
+	// Snapshot to install (Saver.SaveSnapshot and restore the application
+	// from it) before applying Chosen; zero if none.
+	Snapshot Snapshot
+	// Chosen values to apply, contiguous and strictly in slot order.
+	Chosen []Entry
+	// SoftState is the new soft state, or nil if unchanged.
+	SoftState *SoftState
+	// Outcomes of earlier proposals.
+	Outcomes []Outcome
+}
+
+// Status is a snapshot of a node's state, for the cell and for tests.
+type Status struct {
+	ID   ID
+	Role Role
+	// Leader is this replica's best knowledge of the leader (0 if none).
+	Leader ID
+	// Epoch is the ballot of the current leader as far as this replica
+	// knows (0 if none known).
+	Epoch Ballot
+	// Promised is the highest ballot this replica promised.
+	Promised Ballot
+	// IsLeader reports that this replica completed Phase 1 and proposes.
+	IsLeader bool
+	// Master reports that this replica is the leader, a majority's lease
+	// grants are live as of the last Tick (counted conservatively), and
+	// every slot chosen before its leadership has been handed out in
+	// Ready.Chosen and Advanced. While it holds, the caller may serve reads
+	// from its applied state.
+	Master bool
+	// LeaseTicksLeft is the number of ticks the master lease has left
+	// (0 unless Master).
+	LeaseTicksLeft int
+	// Chosen is the highest slot up to which every value is known chosen.
+	Chosen Slot
+	// Applied is the highest slot the caller has applied (Advanced).
+	Applied Slot
+	// Compacted is the snapshot slot: the log holds nothing at or below it.
+	Compacted Slot
+	// Pending is the number of proposals waiting for a slot.
+	Pending int
+	// Ticks counts calls to Tick since NewNode.
+	Ticks uint64
+}
+
+// Node is one replica's multi-Paxos state machine: proposer, acceptor and
+// learner in one. It has no goroutines, clocks, sockets or disk: the caller
+// drives it with Tick, Step and Propose and carries out its Ready batches
+// (see the package documentation). A Node is not safe for concurrent use.
+//
+// Errors: Propose returns ErrNotLeader or ErrBusy; Step returns
+// ErrInvalidMessage (wrapped) for bad input, leaving the node unchanged;
+// StepDown returns ErrNotLeader or ErrInvalidArgument; Compact returns
+// ErrInvalidArgument. A storage error stops the node: every later call
+// returns it (wrapped).
+type Node struct {
+	cfg    Config
+	id     ID
+	self   int // index of id in cfg.Replicas
+	effTTL uint64
+	rng    splitmix64
+	err    error
+
+	// Acceptor state. promised and accepted entries are durable.
+	promised  Ballot
+	log       map[Slot]Entry
+	lastSlot  Slot // highest slot in log, or compacted
+	compacted Slot
+	// Learner state: every slot <= chosen is known chosen and log holds its
+	// chosen value (or it is <= compacted).
+	chosen  Slot
+	handed  Slot // handed out in Ready.Chosen (or covered by a snapshot)
+	applied Slot // Advanced
+
+	now uint64 // ticks since NewNode
+
+	// Lease grant this replica made as an acceptor.
+	grantBallot Ballot // 0 with grantLeft > 0: unknown holder (restart)
+	grantLeft   int
+	released    Ballot // grants to ballots <= released are not renewed
+
+	role             Role
+	leaderBallot     Ballot // ballot of the leader we follow, or our own
+	maxRound         uint64 // highest round seen
+	electionElapsed  int
+	electionTimeout  int
+	campaignASAP     bool
+	heartbeatElapsed int
+	learnWait        int
+
+	cand *campaign
+	lead *leadership
+
+	waiting map[Slot][]ProposalID // our proposals placed in a slot, undecided
+
+	// Ready bookkeeping.
+	msgs        []Message
+	unsaved     []Entry
+	unsavedIdx  map[Slot]int
+	prevHS      HardState
+	outcomes    []Outcome
+	pendingSnap Snapshot
+	prevSoft    SoftState
+}
+
+// NewNode returns a node restored from cfg.Storage: its hard state, its
+// snapshot and its accepted entries. It returns ErrInvalidConfig (wrapped)
+// for a bad Config and the storage's error if reading fails.
+//
+// A restarted acceptor cannot remember the lease grants it made, so for
+// LeaseTicks ticks after NewNode it promises no new ballot, its own included.
+func NewNode(cfg Config) (*Node, error) {
+	cfg = cfg.populate()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:        cfg,
+		id:         cfg.ID,
+		effTTL:     leaseEffective(cfg.LeaseTicks, cfg.DriftPPM),
+		rng:        splitmix64{state: cfg.Seed},
+		log:        map[Slot]Entry{},
+		waiting:    map[Slot][]ProposalID{},
+		unsavedIdx: map[Slot]int{},
+		grantLeft:  cfg.LeaseTicks,
+	}
+	n.self = n.index(cfg.ID)
+	st := cfg.Storage
+	hs, err := st.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("paxos: reading hard state: %w", err)
+	}
+	snap, err := st.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("paxos: reading snapshot: %w", err)
+	}
+	last, err := st.LastSlot()
+	if err != nil {
+		return nil, fmt.Errorf("paxos: reading last slot: %w", err)
+	}
+	ents, err := st.Entries(snap.Slot+1, last+1)
+	if err != nil {
+		return nil, fmt.Errorf("paxos: reading entries: %w", err)
+	}
+	n.promised = hs.Promised
+	n.maxRound = hs.Promised.Round()
+	n.compacted = snap.Slot
+	n.lastSlot = snap.Slot
+	for _, e := range ents {
+		if e.Slot <= snap.Slot {
+			continue
+		}
+		n.log[e.Slot] = e
+		if e.Slot > n.lastSlot {
+			n.lastSlot = e.Slot
+		}
+		if e.Ballot.Round() > n.maxRound {
+			n.maxRound = e.Ballot.Round()
+		}
+	}
+	n.chosen = max(hs.Chosen, snap.Slot)
+	for s := snap.Slot + 1; s <= n.chosen; s++ {
+		if _, ok := n.log[s]; !ok {
+			return nil, fmt.Errorf("paxos: storage claims slot %d chosen but holds no entry for it", s)
+		}
+	}
+	n.prevHS = HardState{Promised: hs.Promised, Chosen: hs.Chosen}
+	n.applied = cfg.Applied
+	n.handed = cfg.Applied
+	if cfg.Applied < snap.Slot {
+		n.pendingSnap = snap
+		n.handed = snap.Slot
+	}
+	n.resetElection()
+	return n, nil
+}
+
+// index returns the position of id in the sorted replica list, or -1.
+func (n *Node) index(id ID) int {
+	for i, r := range n.cfg.Replicas {
+		if r == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Tick advances the node's clock by one tick.
+func (n *Node) Tick() {
+	if n.err != nil {
+		return
+	}
+	n.now++
+	if n.grantLeft > 0 {
+		n.grantLeft--
+	}
+	if n.learnWait > 0 {
+		n.learnWait--
+	}
+	switch n.role {
+	case Follower:
+		n.electionElapsed++
+		if (n.electionElapsed >= n.electionTimeout || n.campaignASAP) && n.canPromiseSelf() {
+			n.campaign()
+		}
+	case Candidate:
+		n.tickCandidate()
+	case Leader:
+		n.tickLeader()
+	}
+}
+
+// resetElection restarts the election timer with fresh jitter.
+func (n *Node) resetElection() {
+	n.electionElapsed = 0
+	n.electionTimeout = n.cfg.ElectionTicks + n.rng.intn(n.cfg.ElectionTicks/5+1)
+}
+
+// Step feeds a message from a peer into the node. It returns
+// ErrInvalidMessage (wrapped) and changes nothing if the message is
+// malformed, misaddressed, from an unknown replica or of an unknown type.
+// Stale messages (old ballots, duplicates) are ignored without error.
+func (n *Node) Step(m Message) error {
+	if n.err != nil {
+		return n.err
+	}
+	if err := n.check(&m); err != nil {
+		return err
+	}
+	if m.Type == MsgAccepted && n.role == Leader && m.Ballot == n.lead.ballot && m.Tick > n.now {
+		return fmt.Errorf("%w: Accepted from %d echoes tick %d, this replica is at %d", ErrInvalidMessage, m.From, m.Tick, n.now)
+	}
+	if r := m.Ballot.Round(); r > n.maxRound {
+		n.maxRound = r
+	}
+	if r := m.Promised.Round(); r > n.maxRound {
+		n.maxRound = r
+	}
+	switch m.Type {
+	case MsgPrepare:
+		n.onPrepare(m)
+	case MsgAccept:
+		n.onAccept(m)
+	case MsgRelease, MsgTimeoutNow:
+		n.onRelease(m)
+	case MsgPromise:
+		n.onPromise(m)
+	case MsgAccepted:
+		n.onAccepted(m)
+	case MsgReject:
+		n.onReject(m)
+	case MsgLearnReq:
+		n.onLearnReq(m)
+	case MsgLearn:
+		n.onLearn(m)
+	case MsgSnapshot:
+		n.onSnapshot(m)
+	}
+	return n.err
+}
+
+// Propose asks the leader to propose data. It returns ErrNotLeader if this
+// replica is not the established leader (or has stepped down) and ErrBusy
+// if too many proposals wait for a slot. Otherwise the proposal gets a
+// unique ID and will end in exactly one Outcome in a later Ready. The core
+// keeps data; the caller must not modify it afterwards.
+func (n *Node) Propose(data []byte) (ProposalID, error) {
+	if n.err != nil {
+		return ProposalID{}, n.err
+	}
+	if n.role != Leader {
+		return ProposalID{}, ErrNotLeader
+	}
+	l := n.lead
+	if len(l.pending) >= 4*n.cfg.MaxInflight*n.cfg.MaxBatch {
+		return ProposalID{}, ErrBusy
+	}
+	l.seq++
+	id := ProposalID{Ballot: l.ballot, Seq: l.seq}
+	l.pending = append(l.pending, Command{ID: id, Data: data})
+	return id, nil
+}
+
+// StepDown hands leadership over: the node stops being master at once, tells
+// the acceptors to release its lease and, if next is not 0, tells next to
+// campaign at once, so the next master need not wait out the lease.
+// Proposals not yet placed in a slot end with ErrNotLeader. It returns
+// ErrNotLeader if this replica is not the leader and ErrInvalidArgument if
+// next is this replica or not a replica of the cell.
+func (n *Node) StepDown(next ID) error {
+	if n.err != nil {
+		return n.err
+	}
+	if n.role != Leader {
+		return ErrNotLeader
+	}
+	if next != 0 && (next == n.id || n.index(next) < 0) {
+		return fmt.Errorf("%w: StepDown to %d: not another replica of the cell", ErrInvalidArgument, next)
+	}
+	b := n.lead.ballot
+	for _, p := range n.cfg.Replicas {
+		if p == n.id {
+			continue
+		}
+		t := MsgRelease
+		if p == next {
+			t = MsgTimeoutNow
+		}
+		n.send(Message{Type: t, To: p, Ballot: b})
+	}
+	n.becomeFollower(0)
+	n.released = max(n.released, b)
+	if n.grantBallot == b {
+		n.grantLeft = 0
+	}
+	return nil
+}
+
+// Compact tells the node that the caller has just saved (Saver.SaveSnapshot)
+// a snapshot of the application at slot s. The node drops its in-memory log
+// up to s and serves peers that need slots at or below s from
+// Storage.Snapshot. It returns ErrInvalidArgument if s lies beyond the
+// applied slot; compacting at or below the current point does nothing.
+func (n *Node) Compact(s Slot) error {
+	if n.err != nil {
+		return n.err
+	}
+	if s > n.applied {
+		return fmt.Errorf("%w: compact at %d beyond applied slot %d", ErrInvalidArgument, s, n.applied)
+	}
+	if s <= n.compacted {
+		return nil
+	}
+	n.dropLog(s)
+	return nil
+}
+
+// dropLog forgets every log entry at or below s and records s as the
+// compaction point.
+func (n *Node) dropLog(s Slot) {
+	if Slot(len(n.log)) < s-n.compacted {
+		for slot := range n.log {
+			if slot <= s {
+				delete(n.log, slot)
+			}
+		}
+	} else {
+		for slot := n.compacted + 1; slot <= s; slot++ {
+			delete(n.log, slot)
+		}
+	}
+	n.compacted = s
+	if n.lastSlot < s {
+		n.lastSlot = s
+	}
+}
+
+// Status returns the node's current state.
+func (n *Node) Status() Status {
+	st := Status{
+		ID:        n.id,
+		Role:      n.role,
+		Promised:  n.promised,
+		IsLeader:  n.role == Leader,
+		Chosen:    n.chosen,
+		Applied:   n.applied,
+		Compacted: n.compacted,
+		Ticks:     n.now,
+	}
+	soft := n.softState()
+	st.Leader, st.Epoch, st.Master = soft.Leader, soft.Epoch, soft.Master
+	if st.Master {
+		st.LeaseTicksLeft = int(n.leaseEnd() - n.now)
+	}
+	if n.lead != nil {
+		st.Pending = len(n.lead.pending)
+	}
+	return st
+}
+
+// softState computes the current soft state.
+func (n *Node) softState() SoftState {
+	switch n.role {
+	case Leader:
+		return SoftState{Leader: n.id, Epoch: n.lead.ballot, Master: n.isMaster()}
+	case Candidate:
+		return SoftState{}
+	}
+	return SoftState{Leader: n.leaderBallot.ID(), Epoch: n.leaderBallot}
+}
+
+// hardState returns the hard state to persist. While a snapshot waits to be
+// installed, Chosen does not move past what is stored, because the caller
+// saves the snapshot after the Ready's HardState.
+func (n *Node) hardState() HardState {
+	c := n.chosen
+	if !n.pendingSnap.IsEmpty() && c > n.prevHS.Chosen {
+		c = n.prevHS.Chosen
+	}
+	return HardState{Promised: n.promised, Chosen: c}
+}
+
+// HasReady reports whether Ready would return anything to do.
+func (n *Node) HasReady() bool {
+	if n.err != nil {
+		return false
+	}
+	if len(n.msgs) > 0 || len(n.unsaved) > 0 || len(n.outcomes) > 0 || !n.pendingSnap.IsEmpty() {
+		return true
+	}
+	if n.hardState() != n.prevHS || n.handed < n.chosen || n.softState() != n.prevSoft {
+		return true
+	}
+	if l := n.lead; l != nil && n.role == Leader {
+		if len(l.toSend) > 0 || l.commitSent < n.chosen || (len(l.pending) > 0 && n.windowOpen()) {
+			return true
+		}
+	}
+	return false
+}
+
+// Ready returns the work accumulated since the last Ready. The caller must
+// carry it out as the package documentation says and then call Advance
+// with it before calling Ready again.
+func (n *Node) Ready() Ready {
+	if n.err != nil {
+		return Ready{}
+	}
+	if n.role == Leader {
+		n.flushProposals()
+		n.flushAccepts()
+	}
+	var rd Ready
+	if hs := n.hardState(); hs != n.prevHS {
+		rd.HardState = hs
+		rd.MustSync = hs.Promised != n.prevHS.Promised
+		n.prevHS = hs
+	}
+	if len(n.unsaved) > 0 {
+		rd.Entries = n.unsaved
+		rd.MustSync = true
+		n.unsaved = nil
+		clear(n.unsavedIdx)
+	}
+	rd.Messages = n.msgs
+	n.msgs = nil
+	if !n.pendingSnap.IsEmpty() {
+		rd.Snapshot = n.pendingSnap
+		n.pendingSnap = Snapshot{}
+	}
+	if n.handed < n.chosen {
+		from := max(n.handed+1, n.compacted+1)
+		rd.Chosen = make([]Entry, 0, n.chosen-from+1)
+		for s := from; s <= n.chosen; s++ {
+			e, ok := n.log[s]
+			if !ok {
+				panic(fmt.Sprintf("paxos: invariant broken: chosen slot %d (handed %d, chosen %d, compacted %d) missing from the log", s, n.handed, n.chosen, n.compacted))
+			}
+			rd.Chosen = append(rd.Chosen, e)
+		}
+		n.handed = n.chosen
+	}
+	if soft := n.softState(); soft != n.prevSoft {
+		n.prevSoft = soft
+		rd.SoftState = &soft
+	}
+	rd.Outcomes = n.outcomes
+	n.outcomes = nil
+	return rd
+}
+
+// Advance tells the node that rd has been carried out: persisted, sent,
+// snapshot installed and chosen values applied.
+func (n *Node) Advance(rd Ready) {
+	if n.err != nil {
+		return
+	}
+	if !rd.Snapshot.IsEmpty() && rd.Snapshot.Slot > n.applied {
+		n.applied = rd.Snapshot.Slot
+	}
+	if k := len(rd.Chosen); k > 0 && rd.Chosen[k-1].Slot > n.applied {
+		n.applied = rd.Chosen[k-1].Slot
+	}
+	// Our own accepts and our own promise count only once durable.
+	if n.role == Leader {
+		for _, e := range rd.Entries {
+			if e.Ballot == n.lead.ballot {
+				n.ackSlot(n.self, e.Slot)
+			}
+		}
+		n.advanceLeaderChosen()
+	}
+	if n.role == Candidate && rd.HardState.Promised == n.cand.ballot {
+		n.cand.selfDurable = true
+		n.tryWin()
+	}
+}
+
+// send queues m for the next Ready, stamping From and Commit.
+func (n *Node) send(m Message) {
+	m.From = n.id
+	m.Commit = n.chosen
+	n.msgs = append(n.msgs, m)
+}
+
+// persist queues e to be saved in the next Ready.
+func (n *Node) persist(e Entry) {
+	if i, ok := n.unsavedIdx[e.Slot]; ok {
+		n.unsaved[i] = e
+		return
+	}
+	n.unsavedIdx[e.Slot] = len(n.unsaved)
+	n.unsaved = append(n.unsaved, e)
+}
+
+// setLog stores e in the in-memory log and queues it for persistence.
+func (n *Node) setLog(e Entry) {
+	n.log[e.Slot] = e
+	if e.Slot > n.lastSlot {
+		n.lastSlot = e.Slot
+	}
+	n.persist(e)
+}
+
+// fail stops the node with a storage error.
+func (n *Node) fail(err error) {
+	if n.err == nil {
+		n.err = fmt.Errorf("paxos: stopped: storage failed: %w", err)
+	}
+}

@@ -1,0 +1,362 @@
+package paxos
+
+// The proposer: campaigning (Phase 1), leading (Phase 2), the master lease.
+
+// campaign is the state of a Phase 1 in progress.
+type campaign struct {
+	ballot      Ballot
+	from        Slot           // first slot the Prepare covers
+	promises    map[ID]Message // promises received from peers
+	selfDurable bool           // our own promise is on stable storage
+	retryAt     map[ID]uint64  // tick at which to resend Prepare to a peer
+}
+
+// leadership is the state of an established leader.
+type leadership struct {
+	ballot     Ballot
+	nextSlot   Slot // next slot to propose a new value in
+	baseSlot   Slot // last slot recovered by Phase 1; Master needs it applied
+	seq        uint64
+	pending    []Command // proposals waiting for a slot
+	inflight   map[Slot]*inflight
+	toSend     []Entry  // accepts not yet broadcast
+	commitSent Slot     // chosen index last broadcast
+	grantUntil []uint64 // per replica index: tick until which its grant counts
+	lastLive   uint64   // last tick at which the lease was live
+}
+
+// inflight is a slot the leader proposed and does not yet know chosen.
+type inflight struct {
+	value Value
+	acks  voteSet
+}
+
+// campaign starts Phase 1 with a ballot above every ballot seen.
+func (n *Node) campaign() {
+	round := max(n.maxRound, n.promised.Round()) + 1
+	b := MakeBallot(round, n.id)
+	n.maxRound = round
+	n.becomeFollower(0) // refuse pending proposals if we were leading
+	n.role = Candidate
+	n.promised = b
+	n.leaderBallot = 0
+	n.campaignASAP = false
+	n.resetElection()
+	n.cand = &campaign{
+		ballot:   b,
+		from:     n.chosen + 1,
+		promises: map[ID]Message{},
+		retryAt:  map[ID]uint64{},
+	}
+	n.grantBallot, n.grantLeft = 0, 0
+	for _, p := range n.cfg.Replicas {
+		if p != n.id {
+			n.sendPrepare(p)
+		}
+	}
+}
+
+func (n *Node) sendPrepare(p ID) {
+	c := n.cand
+	c.retryAt[p] = n.now + uint64(n.cfg.HeartbeatTicks)
+	n.send(Message{Type: MsgPrepare, To: p, Ballot: c.ballot, Slot: c.from})
+}
+
+// tickCandidate resends Prepare to peers that have not promised.
+func (n *Node) tickCandidate() {
+	c := n.cand
+	for _, p := range n.cfg.Replicas {
+		if p == n.id {
+			continue
+		}
+		if _, ok := c.promises[p]; !ok && n.now >= c.retryAt[p] {
+			n.sendPrepare(p)
+		}
+	}
+}
+
+// onPromise handles Phase 1b.
+func (n *Node) onPromise(m Message) {
+	if n.role != Candidate || m.Ballot != n.cand.ballot {
+		return // stale
+	}
+	n.cand.promises[m.From] = m
+	n.maybeLearn(m.From, m.Commit)
+	n.tryWin()
+}
+
+// usablePromise reports whether promise p covers every slot the new leader
+// must recover: it holds entries from our first unchosen slot on.
+func (n *Node) usablePromise(p Message) bool { return p.Compacted <= n.chosen }
+
+// tryWin completes Phase 1 if a majority (our own durable promise included)
+// has promised.
+func (n *Node) tryWin() {
+	if n.role != Candidate || !n.cand.selfDurable {
+		return
+	}
+	count := 1
+	for _, p := range n.cand.promises {
+		if n.usablePromise(p) {
+			count++
+		}
+	}
+	if count >= majority(len(n.cfg.Replicas)) {
+		n.becomeLeader()
+	}
+}
+
+// becomeLeader ends Phase 1: for every slot from the first unchosen one to
+// the highest any promise reported, it proposes the chosen value if a
+// promise says it is chosen, else the value with the highest ballot, else a
+// no-op. Only then does it accept new proposals.
+func (n *Node) becomeLeader() {
+	c := n.cand
+	b := c.ballot
+	start := n.chosen + 1
+	type pick struct {
+		e      Entry
+		chosen bool
+		ok     bool
+	}
+	last := start - 1
+	picks := map[Slot]pick{}
+	consider := func(e Entry, chosen bool) {
+		if e.Slot < start {
+			return
+		}
+		if e.Slot > last {
+			last = e.Slot
+		}
+		cur := picks[e.Slot]
+		if cur.chosen {
+			return
+		}
+		if chosen || !cur.ok || e.Ballot > cur.e.Ballot {
+			picks[e.Slot] = pick{e: e, chosen: chosen, ok: true}
+		}
+	}
+	for _, p := range c.promises {
+		if !n.usablePromise(p) {
+			continue
+		}
+		for _, e := range p.Entries {
+			consider(e, e.Slot <= p.Commit)
+		}
+	}
+	for s := start; s <= n.lastSlot; s++ {
+		if e, ok := n.log[s]; ok {
+			consider(e, false)
+		}
+	}
+	n.role = Leader
+	n.cand = nil
+	n.leaderBallot = b
+	l := &leadership{
+		ballot:     b,
+		inflight:   map[Slot]*inflight{},
+		grantUntil: make([]uint64, len(n.cfg.Replicas)),
+		lastLive:   n.now,
+	}
+	n.lead = l
+	n.heartbeatElapsed = 0
+	for s := start; s <= last; s++ {
+		pk := picks[s]
+		e := Entry{Slot: s, Ballot: b, Value: pk.e.Value}
+		n.setLog(e)
+		l.toSend = append(l.toSend, e)
+		if pk.chosen && s == n.chosen+1 {
+			n.markChosen(e)
+			continue
+		}
+		l.inflight[s] = &inflight{value: e.Value}
+	}
+	l.nextSlot = last + 1
+	l.baseSlot = last
+}
+
+// becomeFollower leaves candidacy or leadership; proposals not yet placed in
+// a slot are refused. leader is the ballot of the new leader, if known.
+func (n *Node) becomeFollower(leader Ballot) {
+	if n.lead != nil {
+		for _, c := range n.lead.pending {
+			n.outcomes = append(n.outcomes, Outcome{ID: c.ID, Err: ErrNotLeader})
+		}
+		if n.grantBallot == n.lead.ballot {
+			n.grantBallot, n.grantLeft = 0, 0
+		}
+	}
+	n.lead = nil
+	n.cand = nil
+	n.role = Follower
+	n.leaderBallot = leader
+	n.resetElection()
+}
+
+// onReject handles a refusal of our ballot.
+func (n *Node) onReject(m Message) {
+	switch {
+	case n.role == Candidate && m.Ballot == n.cand.ballot:
+		if m.Promised > m.Ballot {
+			n.becomeFollower(0)
+			return
+		}
+		if m.LeaseLeft > 0 {
+			// Retry once the grant has run out on the acceptor's clock,
+			// allowing for our clock running faster.
+			left := min(m.LeaseLeft, 4*uint64(n.cfg.LeaseTicks))
+			left += left*uint64(n.cfg.DriftPPM)/1_000_000 + 1
+			n.cand.retryAt[m.From] = n.now + left
+		}
+	case n.role == Leader && m.Ballot == n.lead.ballot:
+		if m.Promised > m.Ballot {
+			n.becomeFollower(0)
+		}
+	}
+}
+
+// windowOpen reports whether the leader may propose in a new slot.
+func (n *Node) windowOpen() bool {
+	l := n.lead
+	return uint64(l.nextSlot-1-n.chosen) < uint64(n.cfg.MaxInflight)
+}
+
+// flushProposals packs pending proposals into new slots while the window
+// allows, up to MaxBatch commands per slot.
+func (n *Node) flushProposals() {
+	l := n.lead
+	for len(l.pending) > 0 && n.windowOpen() {
+		k := min(len(l.pending), n.cfg.MaxBatch)
+		cmds := make([]Command, k)
+		copy(cmds, l.pending[:k])
+		l.pending = l.pending[k:]
+		if len(l.pending) == 0 {
+			l.pending = nil
+		}
+		s := l.nextSlot
+		l.nextSlot++
+		e := Entry{Slot: s, Ballot: l.ballot, Value: Value{Cmds: cmds}}
+		n.setLog(e)
+		l.toSend = append(l.toSend, e)
+		l.inflight[s] = &inflight{value: e.Value}
+		ids := make([]ProposalID, k)
+		for i, c := range cmds {
+			ids[i] = c.ID
+		}
+		n.waiting[s] = append(n.waiting[s], ids...)
+	}
+}
+
+// flushAccepts broadcasts new accepts and the chosen index, asking every
+// acceptor for a lease grant.
+func (n *Node) flushAccepts() {
+	l := n.lead
+	if len(l.toSend) == 0 && l.commitSent >= n.chosen {
+		return
+	}
+	n.broadcastAccept(l.toSend, nil)
+	l.toSend = nil
+}
+
+// broadcastAccept sends an Accept with ents to every peer, plus any
+// retransmission retx returns for that peer, and renews our own grant.
+func (n *Node) broadcastAccept(ents []Entry, retx func(idx int) []Entry) {
+	l := n.lead
+	for i, p := range n.cfg.Replicas {
+		if i == n.self {
+			continue
+		}
+		e := ents
+		if retx != nil {
+			e = retx(i)
+		}
+		n.send(Message{Type: MsgAccept, To: p, Ballot: l.ballot, Entries: e, Tick: n.now})
+	}
+	l.commitSent = n.chosen
+	// Our own acceptor grants us the lease too.
+	n.grant(l.ballot)
+	l.grantUntil[n.self] = n.now + n.effTTL
+}
+
+// tickLeader renews the lease every HeartbeatTicks (retransmitting unacked
+// accepts) and steps down after ElectionTicks without a lease.
+func (n *Node) tickLeader() {
+	l := n.lead
+	n.heartbeatElapsed++
+	if n.heartbeatElapsed >= n.cfg.HeartbeatTicks {
+		n.heartbeatElapsed = 0
+		// A heartbeat renews the lease and retransmits every accept a peer
+		// has not acknowledged.
+		n.broadcastAccept(nil, func(idx int) []Entry {
+			var out []Entry
+			for s := n.chosen + 1; s < l.nextSlot; s++ {
+				if in, ok := l.inflight[s]; ok && !in.acks.has(idx) {
+					out = append(out, Entry{Slot: s, Ballot: l.ballot, Value: in.value})
+				}
+			}
+			return out
+		})
+	}
+	if n.leaseLive() {
+		l.lastLive = n.now
+	} else if n.now-l.lastLive >= uint64(n.cfg.ElectionTicks) {
+		n.becomeFollower(0)
+	}
+}
+
+// onAccepted handles Phase 2b.
+func (n *Node) onAccepted(m Message) {
+	if n.role != Leader || m.Ballot != n.lead.ballot {
+		return // stale
+	}
+	l := n.lead
+	idx := n.index(m.From)
+	if until := m.Tick + n.effTTL; until > l.grantUntil[idx] {
+		l.grantUntil[idx] = until
+	}
+	for _, s := range m.Slots {
+		n.ackSlot(idx, s)
+	}
+	n.advanceLeaderChosen()
+	n.maybeLearn(m.From, m.Commit)
+}
+
+// ackSlot records that replica idx accepted slot s at our ballot.
+func (n *Node) ackSlot(idx int, s Slot) {
+	if in, ok := n.lead.inflight[s]; ok {
+		in.acks = in.acks.add(idx)
+	}
+}
+
+// advanceLeaderChosen marks chosen every slot from the first unchosen one
+// that a majority accepted.
+func (n *Node) advanceLeaderChosen() {
+	l := n.lead
+	for {
+		s := n.chosen + 1
+		in, ok := l.inflight[s]
+		if !ok || !in.acks.quorum(len(n.cfg.Replicas)) {
+			return
+		}
+		delete(l.inflight, s)
+		n.markChosen(n.log[s])
+	}
+}
+
+// leaseEnd returns the tick at which the leader stops holding a majority of
+// live grants.
+func (n *Node) leaseEnd() uint64 {
+	var buf [MaxReplicas]uint64
+	vals := buf[:len(n.cfg.Replicas)]
+	copy(vals, n.lead.grantUntil)
+	return quorumMin(vals)
+}
+
+// leaseLive reports whether a majority of grants is live.
+func (n *Node) leaseLive() bool { return n.now < n.leaseEnd() }
+
+// isMaster reports whether this leader may serve reads: lease live and
+// everything chosen before its leadership applied.
+func (n *Node) isMaster() bool {
+	return n.role == Leader && n.leaseLive() && n.applied >= n.lead.baseSlot
+}
