@@ -41,5 +41,10 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 $(PKGS) >/dev/null
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
 
+## run: build and start a local five-replica cell (data under ./data/dev).
+run:
+	$(GO) build -o bin/ ./cmd/...
+	./bin/lockcelld dev --dir data/dev
+
 clean:
 	rm -rf bin

@@ -1,0 +1,158 @@
+package cell_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+)
+
+// benchClients starts a five-replica cell and n clients with sessions kept
+// alive in the background.
+func benchClients(b *testing.B, n int) ([]*testClient, context.Context) {
+	lc := startCell(b, 5, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	clients := make([]*testClient, n)
+	for i := range clients {
+		c := newTestClient(b, lc, "t", fmt.Sprintf("bench%d", i))
+		c.createSession(ctx)
+		go c.keepAliveLoop(ctx, make(chan api.Event, 16))
+		clients[i] = c
+	}
+	return clients, ctx
+}
+
+// BenchmarkAcquireRelease: acquire+release pairs per second, each session
+// on its own lock, through five replicas with real fsync.
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, n := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
+			clients, ctx := benchClients(b, n)
+			handles := make([]api.Handle, n)
+			for i, c := range clients {
+				handles[i] = c.mustOpen(ctx, fmt.Sprintf("/t/lock%d", i))
+			}
+			var next atomic.Int64
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i := range clients {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					c, h := clients[i], handles[i]
+					for next.Add(1) <= int64(b.N) {
+						g, err := c.acquire(ctx, h, api.LockExclusive, false)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := c.release(ctx, h, g.Generation); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}(i)
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+		})
+	}
+}
+
+// BenchmarkHandover: 64 sessions contend for one lock with blocking
+// Acquire; each hand-over is a release that wakes exactly the next waiter.
+func BenchmarkHandover(b *testing.B) {
+	const n = 64
+	clients, ctx := benchClients(b, n)
+	handles := make([]api.Handle, n)
+	for i, c := range clients {
+		handles[i] = c.mustOpen(ctx, "/t/hot")
+	}
+	var grants atomic.Int64
+	var holders atomic.Int32
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, h := clients[i], handles[i]
+			for grants.Load() < int64(b.N) {
+				g, err := c.acquire(ctx, h, api.LockExclusive, true)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if holders.Add(1) != 1 {
+					b.Error("two holders of an exclusive lock")
+				}
+				grants.Add(1)
+				holders.Add(-1)
+				if err := c.release(ctx, h, g.Generation); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	b.ReportMetric(float64(grants.Load())/time.Since(start).Seconds(), "handovers/s")
+}
+
+// BenchmarkKeepAlive: KeepAlive requests per second the master absorbs.
+// Each session has two callers, so every KeepAlive that arrives renews the
+// lease and supersedes (answers) the one parked before it: the rate is the
+// rate at which the master processes arrivals.
+func BenchmarkKeepAlive(b *testing.B) {
+	const sessions = 32
+	lc := startCell(b, 5, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var clients []*testClient
+	for i := 0; i < sessions; i++ {
+		c := newTestClient(b, lc, "t", fmt.Sprintf("ka%d", i))
+		c.createSession(ctx)
+		// Take the fail-over event so later calls park.
+		if _, err := c.keepAlive(ctx); err != nil {
+			b.Fatal(err)
+		}
+		c2 := newTestClient(b, lc, "t", fmt.Sprintf("ka%d", i))
+		c2.sess, c2.epoch, c2.ack = c.sess, c.epoch, c.ack
+		clients = append(clients, c, c2)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for _, c := range clients {
+		wg.Add(1)
+		go func(c *testClient) {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				var resp api.KeepAliveResponse
+				err := c.callOnce(ctx, api.MethodKeepAlive, &api.KeepAliveRequest{Header: c.header(), Ack: c.ack}, &resp)
+				if err != nil && !errors.Is(err, api.ErrAborted) && ctx.Err() == nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(c)
+	}
+	// The last caller of each session stays parked; end it.
+	go func() {
+		for next.Load() <= int64(b.N) {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "keepalives/s")
+}

@@ -1,0 +1,72 @@
+package cell_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+)
+
+// TestCacheInvalidatedBeforeWrite: a write to a node that another session
+// caches completes only after that session acknowledged the invalidation
+// (Chubby §2.5); a read while the invalidation is in progress is not
+// cacheable.
+func TestCacheInvalidatedBeforeWrite(t *testing.T) {
+	lc := startCell(t, 3, nil)
+	ctx := testCtx(t, 60*time.Second)
+	a := newTestClient(t, lc, "t", "alice")
+	a.createSession(ctx)
+	resp, err := a.open(ctx, api.OpenRequest{Path: "/t/cached", Create: true, Contents: []byte("v1"),
+		Events: api.WantContentsModified, Cache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ha := resp.Handle
+	got, err := a.getContents(ctx, ha)
+	if err != nil || !got.Cacheable || string(got.Contents) != "v1" {
+		t.Fatalf("first read = %+v, %v; want v1, cacheable", got, err)
+	}
+
+	b := newTestClient(t, lc, "t", "bob")
+	b.createSession(ctx)
+	hb := b.mustOpen(ctx, "/t/cached")
+	written := make(chan error, 1)
+	go func() {
+		_, err := b.setContents(ctx, hb, []byte("v2"))
+		written <- err
+	}()
+	// Alice has not acknowledged anything: the write must wait.
+	select {
+	case err := <-written:
+		t.Fatalf("the write completed (%v) before the caching session acknowledged the invalidation", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// A read now must not be cacheable: the write is in progress.
+	if got, err := a.getContents(ctx, ha); err != nil || got.Cacheable {
+		t.Fatalf("read during the invalidation = %+v, %v; want not cacheable", got, err)
+	}
+	// Alice's KeepAlive brings the invalidation; the next one acknowledges.
+	ka, err := a.keepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saw bool
+	for _, ev := range ka.Events {
+		saw = saw || ev.Kind == api.EventContentsModified && ev.Path == "/t/cached"
+	}
+	if !saw {
+		t.Fatalf("KeepAlive events %v lack the invalidation", ka.Events)
+	}
+	go func() { _, _ = a.keepAlive(ctx) }()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the write never completed after the acknowledgement")
+	}
+	if got, err := a.getContents(ctx, ha); err != nil || string(got.Contents) != "v2" || !got.Cacheable {
+		t.Fatalf("read after the write = %+v, %v; want v2, cacheable", got, err)
+	}
+}

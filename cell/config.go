@@ -1,0 +1,166 @@
+package cell
+
+import (
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/lockcell/lockcell/transport"
+)
+
+// Chubby's published timings, and ours where it published none.
+const (
+	// DefaultTick is how often the run loop ticks the Paxos core.
+	DefaultTick = 10 * time.Millisecond
+	// DefaultSessionLease is the session lease (Chubby: 12 s).
+	DefaultSessionLease = 12 * time.Second
+	// DefaultSnapshotEvery is how many applied slots pass between snapshots
+	// that let the Paxos log be compacted.
+	DefaultSnapshotEvery = 10_000
+	// DefaultAdminPrincipal is the principal (with no tenant) that
+	// administers the cell.
+	DefaultAdminPrincipal = "admin"
+)
+
+// ErrInvalidConfig is returned (wrapped) by New for a Config that
+// contradicts itself or lacks a required field.
+var ErrInvalidConfig = errors.New("cell: invalid config")
+
+// Config configures one replica. Fields marked required must be set; every
+// other zero value selects the documented default.
+type Config struct {
+	// ID is this replica's id, ≥ 1, a key of Replicas. Required.
+	ID uint64
+	// Cell names the cell; it is written into every sequencer. Required.
+	Cell string
+	// Replicas maps every replica's id (this one included) to its UDP
+	// address "host:port". Every replica must use the same map. Required.
+	Replicas map[uint64]string
+	// DataDir holds this replica's Pebble store. Required.
+	DataDir string
+	// CA is the cell CA pool: peers' and clients' certificates must chain to
+	// it. Required.
+	CA *x509.CertPool
+	// Certificate is this replica's certificate (naming ID) and key.
+	// Required.
+	Certificate tls.Certificate
+	// SigningKey signs sequencers (Ed25519). Every replica of a cell must
+	// hold the same key, so that a sequencer granted by one master verifies
+	// after a fail-over. Required.
+	SigningKey ed25519.PrivateKey
+	// HTTPAddr, if not empty, is where /metrics, /healthz and the status page
+	// are served (and /debug/faults when Faults is set). Loopback in tests.
+	HTTPAddr string
+	// Tick is the Paxos tick. If zero, DefaultTick (10 ms).
+	Tick time.Duration
+	// ClockScale, if not zero, scales this replica's tick (a test-only clock
+	// rate skew for the fault-injection suite: 1.01 ticks 1% slower).
+	ClockScale float64
+	// LeaseTicks, HeartbeatTicks, ElectionTicks and DriftPPM configure the
+	// Paxos core (see paxos.Config); zero selects its defaults (a master
+	// lease of 100 ticks, about 1 s).
+	LeaseTicks, HeartbeatTicks, ElectionTicks int
+	// DriftPPM bounds clock-rate differences between replicas; see
+	// paxos.Config.DriftPPM.
+	DriftPPM uint32
+	// MaxBatch bounds the commands per Paxos slot; see paxos.Config.
+	MaxBatch int
+	// SessionLease is the session lease. If zero, DefaultSessionLease.
+	SessionLease time.Duration
+	// SnapshotEvery is the number of applied slots between snapshots. If
+	// zero, DefaultSnapshotEvery.
+	SnapshotEvery uint64
+	// AdminPrincipal is the principal, with no tenant, that may administer
+	// the cell. If empty, DefaultAdminPrincipal.
+	AdminPrincipal string
+	// Faults, if set, injects transport faults (tests and the
+	// fault-injection suite) and is served at /debug/faults.
+	Faults *transport.Faults
+	// FaultInjection, if Faults is nil, gives the replica a fault injector
+	// of its own, served at /debug/faults (test cells of real processes
+	// only: whoever reaches the HTTP listener can partition the replica).
+	FaultInjection bool
+	// PacketConn, if set, is used instead of listening on this replica's
+	// address (tests with an in-process network).
+	PacketConn net.PacketConn
+	// SyncDelay, if not zero, delays every fsync of the Paxos log by this
+	// much (the fault-injection suite's slow disk).
+	SyncDelay time.Duration
+	// Logger receives the replica's logs. If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) populate() Config {
+	if c.Tick == 0 {
+		c.Tick = DefaultTick
+	}
+	if c.SessionLease == 0 {
+		c.SessionLease = DefaultSessionLease
+	}
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if c.AdminPrincipal == "" {
+		c.AdminPrincipal = DefaultAdminPrincipal
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.FaultInjection && c.Faults == nil {
+		c.Faults = transport.NewFaults(uint64(time.Now().UnixNano()) ^ c.ID)
+	}
+	c.Logger = c.Logger.With("replica", c.ID)
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.ID == 0:
+		return bad("ID must be at least 1")
+	case c.Cell == "":
+		return bad("Cell is required")
+	case len(c.Replicas) == 0:
+		return bad("Replicas is required")
+	case c.Replicas[c.ID] == "":
+		return bad("Replicas has no address for this replica (%d)", c.ID)
+	case c.DataDir == "":
+		return bad("DataDir is required")
+	case c.CA == nil:
+		return bad("CA is required")
+	case len(c.Certificate.Certificate) == 0:
+		return bad("Certificate is required")
+	case len(c.SigningKey) != ed25519.PrivateKeySize:
+		return bad("SigningKey must be an Ed25519 private key")
+	case c.Tick < time.Millisecond:
+		return bad("Tick %v is below 1ms", c.Tick)
+	case c.ClockScale < 0 || (c.ClockScale != 0 && (c.ClockScale < 0.5 || c.ClockScale > 2)):
+		return bad("ClockScale %v is outside [0.5, 2]", c.ClockScale)
+	case c.SessionLease < time.Second:
+		return bad("SessionLease %v is below 1s", c.SessionLease)
+	}
+	for id, addr := range c.Replicas {
+		if id == 0 || addr == "" {
+			return bad("replica %d has address %q", id, addr)
+		}
+	}
+	return nil
+}
+
+// replicaIDs returns the replica ids in increasing order.
+func (c Config) replicaIDs() []uint64 {
+	ids := make([]uint64, 0, len(c.Replicas))
+	for id := range c.Replicas {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}

@@ -1,0 +1,80 @@
+package cell
+
+import (
+	"context"
+	"errors"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/paxos"
+	"github.com/lockcell/lockcell/session"
+)
+
+func apiErr(code api.Code, msg string) *api.Error { return &api.Error{Code: code, Msg: msg} }
+
+func errUnavailable(msg string) *api.Error { return apiErr(api.Unavailable, msg) }
+
+func errInvalid(msg string) *api.Error { return apiErr(api.InvalidArgument, msg) }
+
+func ctxError(ctx context.Context) *api.Error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return apiErr(api.DeadlineExceeded, "the request's deadline passed")
+	}
+	return apiErr(api.Canceled, "the request was canceled")
+}
+
+// proposeError maps a Paxos refusal to the wire: every one of them means
+// the command was definitely not chosen, so the client may retry it.
+func (r *Replica) proposeError(err error) *api.Error {
+	switch {
+	case errors.Is(err, paxos.ErrNotLeader), errors.Is(err, paxos.ErrPreempted):
+		return r.notMaster()
+	case errors.Is(err, paxos.ErrBusy):
+		return apiErr(api.Unavailable, "the master is overloaded; retry after a short pause")
+	case errors.Is(err, paxos.ErrOutcomeUnknown):
+		return apiErr(api.Unavailable, "the command's outcome is unknown (its slot was covered by a snapshot); read before retrying")
+	}
+	return apiErr(api.Internal, err.Error())
+}
+
+// notMaster is the NotMaster error naming the master this replica knows of.
+func (r *Replica) notMaster() *api.Error {
+	e := apiErr(api.NotMaster, "this replica is not the master")
+	if st := r.status.Load(); st != nil && st.Leader != 0 && uint64(st.Leader) != r.cfg.ID {
+		e.Master = r.cfg.Replicas[uint64(st.Leader)]
+	}
+	return e
+}
+
+// sessionError maps the session manager's errors to the wire.
+func (r *Replica) sessionError(err error) *api.Error {
+	switch {
+	case errors.Is(err, session.ErrExpired), errors.Is(err, session.ErrUnknownSession):
+		return apiErr(api.SessionExpired, "the session has ended")
+	case errors.Is(err, session.ErrNotServing):
+		return r.notMaster()
+	case errors.Is(err, session.ErrSuperseded):
+		return apiErr(api.Aborted, "a newer KeepAlive of this session replaced this one")
+	case errors.Is(err, session.ErrBadAck):
+		return errInvalid(err.Error())
+	case errors.Is(err, context.Canceled):
+		return apiErr(api.Canceled, "the request was canceled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return apiErr(api.DeadlineExceeded, "the request's deadline passed")
+	}
+	return apiErr(api.Internal, err.Error())
+}
+
+// toAPIError turns any error into the wire error.
+func toAPIError(err error) *api.Error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return apiErr(api.Canceled, "the request was canceled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return apiErr(api.DeadlineExceeded, "the request's deadline passed")
+	}
+	return apiErr(api.Internal, err.Error())
+}

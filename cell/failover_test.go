@@ -1,0 +1,341 @@
+package cell_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/transport"
+)
+
+// TestMasterKilled: kill the master; a new master serves within a few
+// seconds; the client's session survives with a fail-over event, and its
+// lock and sequencer stay valid.
+func TestMasterKilled(t *testing.T) {
+	lc := startCell(t, 5, nil)
+	ctx := testCtx(t, 60*time.Second)
+	c := newTestClient(t, lc, "t", "alice")
+	c.createSession(ctx)
+	h := c.mustOpen(ctx, "/t/lock")
+	grant, err := c.acquire(ctx, h, api.LockExclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan api.Event, 64)
+	kaCtx, stopKA := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.keepAliveLoop(kaCtx, events) }()
+	defer func() { stopKA(); wg.Wait() }()
+
+	old := lc.Master()
+	oldEpoch := old.Status().Epoch
+	killed := time.Now()
+	lc.Stop(old.ID())
+	nm, err := lc.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("new master %d serving %v after the kill", nm.ID(), time.Since(killed).Round(time.Millisecond))
+	if nm.Status().Epoch <= oldEpoch {
+		t.Fatalf("new epoch %d not above old %d", nm.Status().Epoch, oldEpoch)
+	}
+
+	// The client hears of the fail-over through its KeepAlive.
+	for waitFailover := true; waitFailover; {
+		select {
+		case ev := <-events:
+			waitFailover = ev.Kind != api.EventMasterFailover
+		case <-ctx.Done():
+			t.Fatal("no fail-over event reached the client")
+		}
+	}
+	// The session, the lock and the sequencer survived.
+	chk, err := c.checkSequencer(ctx, grant.Sequencer)
+	if err != nil || !chk.Valid {
+		t.Fatalf("sequencer after fail-over: %+v, %v; want valid", chk, err)
+	}
+	c2 := newTestClient(t, lc, "t", "bob")
+	c2.createSession(ctx)
+	h2 := c2.mustOpen(ctx, "/t/lock")
+	if _, err := c2.acquire(ctx, h2, api.LockExclusive, false); !errors.Is(err, api.ErrLocked) {
+		t.Fatalf("acquire by another session after fail-over: %v; want Locked", err)
+	}
+	// A request naming the old epoch is refused with Failover.
+	var resp api.StatResponse
+	err = c.callOnce(ctx, api.MethodGetStat, &api.HandleRequest{Header: api.Header{Session: c.sess, Epoch: oldEpoch}, Handle: h}, &resp)
+	if !errors.Is(err, api.ErrFailover) {
+		t.Fatalf("request with the old epoch: %v; want Failover", err)
+	}
+	if err := c.release(ctx, h, grant.Generation); err != nil {
+		t.Fatalf("release after fail-over: %v", err)
+	}
+}
+
+// TestIsolatedMasterStopsServing: cut the master off from the others; it
+// stops serving when its lease runs out, never overlapping the next master
+// (sampled every millisecond across the transition).
+func TestIsolatedMasterStopsServing(t *testing.T) {
+	faults := transport.NewFaults(1)
+	lc := startCell(t, 5, func(c *cell.Config) { c.Faults = faults })
+	ctx := testCtx(t, 60*time.Second)
+	old, err := lc.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A client of the old master, which it keeps talking to directly.
+	c := newTestClient(t, lc, "t", "alice")
+	c.createSession(ctx)
+	h := c.mustOpen(ctx, "/t/data")
+	if err := c.dialOnly(ctx, old.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	faults.Isolate(old.ID())
+	deadline := time.Now().Add(20 * time.Second)
+	var sawNew bool
+	for time.Now().Before(deadline) && !sawNew {
+		masters := 0
+		for _, r := range lc.Running() {
+			if r.Status().Master {
+				masters++
+				sawNew = sawNew || r.ID() != old.ID()
+			}
+		}
+		if masters > 1 {
+			t.Fatalf("two replicas serve as master at once")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !sawNew {
+		t.Fatal("no new master within 20s of isolating the old one")
+	}
+	if old.Status().Master {
+		t.Fatal("the isolated master still serves")
+	}
+	// Reads at the old master are refused now that its lease is gone.
+	var resp api.ContentsResponse
+	err = c.callOnce(ctx, api.MethodGetContentsAndStat, &api.HandleRequest{Header: c.header(), Handle: h}, &resp)
+	if !errors.Is(err, api.ErrNotMaster) {
+		t.Fatalf("read at the isolated old master: %v; want NotMaster", err)
+	}
+	faults.Heal()
+	// The old master rejoins as a follower and catches up. The client
+	// learns the new epoch from a KeepAlive, as a real client does.
+	c.resync(ctx)
+	c.mustOpen(ctx, "/t/after-heal")
+	waitConverged(t, ctx, lc)
+}
+
+// waitConverged waits until every running replica applied the same slot
+// and holds the same state checksum.
+func waitConverged(t *testing.T, ctx context.Context, lc *cell.LocalCell) {
+	t.Helper()
+	for {
+		rs := lc.Running()
+		st0 := rs[0].Status()
+		same := true
+		for _, r := range rs[1:] {
+			st := r.Status()
+			if st.Applied != st0.Applied || st.Checksum != st0.Checksum {
+				same = false
+			}
+		}
+		if same && st0.Applied > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			for _, r := range rs {
+				t.Logf("replica %d: %+v", r.ID(), r.Status())
+			}
+			t.Fatal("replicas did not converge")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestSessionExpiryLockDelay: a client that stops its KeepAlives loses its
+// session after the lease; its lock is released and lock-delay holds others
+// back. A normal release has no delay.
+func TestSessionExpiryLockDelay(t *testing.T) {
+	lc := startCell(t, 3, func(c *cell.Config) { c.SessionLease = 2 * time.Second })
+	ctx := testCtx(t, 60*time.Second)
+	a := newTestClient(t, lc, "t", "alice")
+	a.createSession(ctx)
+	const delay = 3 * time.Second
+	resp, err := a.open(ctx, api.OpenRequest{Path: "/t/delayed", Create: true, LockDelay: int64(delay)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant, err := a.acquire(ctx, resp.Handle, api.LockExclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newTestClient(t, lc, "t", "bob")
+	b.createSession(ctx)
+	bEvents := make(chan api.Event, 16)
+	go b.keepAliveLoop(ctx, bEvents)
+	hb := b.mustOpen(ctx, "/t/delayed")
+
+	// Alice sends no KeepAlive: her session expires; the lock enters
+	// lock-delay rather than going to Bob at once.
+	var sawDelay bool
+	for {
+		_, err := b.acquire(ctx, hb, api.LockExclusive, false)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, api.ErrLockDelay) {
+			sawDelay = true
+		} else if !errors.Is(err, api.ErrLocked) {
+			t.Fatalf("acquire while waiting for expiry: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("Bob never got the lock")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !sawDelay {
+		t.Fatal("the lock of an expired session went to another session with no lock-delay")
+	}
+	if chk, err := b.checkSequencer(ctx, grant.Sequencer); err != nil || chk.Valid {
+		t.Fatalf("expired holder's sequencer: %+v, %v; want invalid", chk, err)
+	}
+	if _, err := a.getContents(ctx, resp.Handle); !errors.Is(err, api.ErrSessionExpired) {
+		t.Fatalf("call on the expired session: %v; want SessionExpired", err)
+	}
+
+	// A normal release: no delay.
+	h2 := b.mustOpen(ctx, "/t/plain")
+	g, err := b.acquire(ctx, h2, api.LockExclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.release(ctx, h2, g.Generation); err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, lc, "t", "carol")
+	c.createSession(ctx)
+	h3 := c.mustOpen(ctx, "/t/plain")
+	if _, err := c.acquire(ctx, h3, api.LockExclusive, false); err != nil {
+		t.Fatalf("acquire right after a normal release: %v; want no lock-delay", err)
+	}
+}
+
+// TestRestartCatchUp: a replica stopped while the cell moves on restarts
+// from its data dir and catches up — through a snapshot when the log it
+// needs was compacted.
+func TestRestartCatchUp(t *testing.T) {
+	lc := startCell(t, 3, func(c *cell.Config) { c.SnapshotEvery = 20 })
+	ctx := testCtx(t, 60*time.Second)
+	m, _ := lc.WaitMaster(ctx)
+	var follower uint64
+	for _, r := range lc.Running() {
+		if r.ID() != m.ID() {
+			follower = r.ID()
+			break
+		}
+	}
+	lc.Stop(follower)
+	c := newTestClient(t, lc, "t", "alice")
+	c.createSession(ctx)
+	h := c.mustOpen(ctx, "/t/counter")
+	for i := 0; i < 60; i++ {
+		if _, err := c.setContents(ctx, h, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := lc.Master().Status(); st.Compacted == 0 {
+		t.Fatalf("the master did not compact its log (status %+v)", st)
+	}
+	if err := lc.Start(ctx, follower); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, ctx, lc)
+	if st := lc.Replica(follower).Status(); st.Compacted == 0 {
+		t.Fatalf("the restarted replica caught up without a snapshot (status %+v)", st)
+	}
+}
+
+// TestFIFOWaiters: ten sessions wait for one lock; grants follow arrival
+// order, and a waiter that cancels leaves no trace.
+func TestFIFOWaiters(t *testing.T) {
+	lc := startCell(t, 3, nil)
+	ctx := testCtx(t, 60*time.Second)
+	holder := newTestClient(t, lc, "t", "holder")
+	holder.createSession(ctx)
+	h := holder.mustOpen(ctx, "/t/queue")
+	g, err := holder.acquire(ctx, h, api.LockExclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	const canceled = 4
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	cancelCtx, cancelOne := context.WithCancel(ctx)
+	for i := 0; i < n; i++ {
+		w := newTestClient(t, lc, "t", "waiter")
+		w.createSession(ctx)
+		go w.keepAliveLoop(ctx, make(chan api.Event, 16))
+		hw := w.mustOpen(ctx, "/t/queue")
+		wctx := ctx
+		if i == canceled {
+			wctx = cancelCtx
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			gw, err := w.acquire(wctx, hw, api.LockExclusive, true)
+			if err != nil {
+				if i != canceled {
+					t.Errorf("waiter %d: %v", i, err)
+				}
+				return
+			}
+			order <- i
+			if err := w.release(ctx, hw, gw.Generation); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		}(i)
+		// Wait until this waiter is queued so arrival order is known.
+		for lc.Master().Status().LockWaiters != i+1 {
+			if ctx.Err() != nil {
+				t.Fatal("waiter never queued")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	cancelOne()
+	for lc.Master().Status().LockWaiters != n-1 {
+		if ctx.Err() != nil {
+			t.Fatal("the canceled waiter stayed in the queue")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := holder.release(ctx, h, g.Generation); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	want := 0
+	for got := range order {
+		if want == canceled {
+			want++
+		}
+		if got != want {
+			t.Fatalf("grant order: got waiter %d, want %d", got, want)
+		}
+		want++
+	}
+	if want != n {
+		t.Fatalf("only %d waiters were granted", want)
+	}
+	if st := lc.Master().Status(); st.LockWaiters != 0 {
+		t.Fatalf("%d waiters left behind", st.LockWaiters)
+	}
+}

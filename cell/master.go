@@ -1,0 +1,532 @@
+package cell
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/namespace"
+	"github.com/lockcell/lockcell/session"
+)
+
+// master is the master role of one epoch: it exists from the moment the
+// replica becomes master until it loses leadership, and holds everything
+// that lives only in the master's memory (Chubby §2.9): session leases and
+// KeepAlive long-polls (the session.Manager), the FIFO queues of lock
+// waiters, and the event subscriptions of open handles. A new master
+// rebuilds sessions from the applied state and extends their leases; lock
+// waiters and subscriptions are re-established by clients on their next
+// call (handles are self-describing).
+type master struct {
+	r        *Replica
+	epoch    uint64
+	sessions *session.Manager
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		// owners maps every live session to its principal.
+		owners map[uint64]namespace.Caller
+		// queues holds the lock waiters per lock path, in arrival order.
+		queues map[string]*lockQueue
+		// subs maps a path to the sessions watching it and what they want.
+		subs map[string]map[uint64]api.EventMask
+		// cachers maps a path to the sessions that may hold it in their
+		// cache (they read it through a Cache handle).
+		cachers map[string]map[uint64]struct{}
+		// writing counts the cache-invalidating writes in progress per
+		// path; while one is, reads are not cacheable.
+		writing map[string]int
+	}
+}
+
+func newMaster(r *Replica, epoch uint64) (*master, error) {
+	mgr, err := session.New(session.Config{Lease: r.cfg.SessionLease, Epoch: epoch, Logger: r.log})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &master{r: r, epoch: epoch, sessions: mgr, ctx: ctx, cancel: cancel}
+	m.mu.owners = map[uint64]namespace.Caller{}
+	m.mu.queues = map[string]*lockQueue{}
+	m.mu.subs = map[string]map[uint64]api.EventMask{}
+	m.mu.cachers = map[string]map[uint64]struct{}{}
+	m.mu.writing = map[string]int{}
+	admin := r.admin()
+	tenants, err := r.ns.ListTenants(admin)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	var ids []session.ID
+	for _, t := range tenants {
+		list, err := r.ns.ListSessions(admin, t.Name)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		for _, s := range list {
+			m.mu.owners[s.ID] = namespace.Caller{Tenant: s.Tenant, Principal: s.Principal}
+			ids = append(ids, session.ID(s.ID))
+		}
+	}
+	// Every session the previous master may have been keeping alive gets a
+	// full lease from now and a fail-over event (Chubby §2.9).
+	if err := mgr.Start(true, ids); err != nil {
+		cancel()
+		return nil, err
+	}
+	m.wg.Add(1)
+	go m.expireLoop()
+	return m, nil
+}
+
+// stop ends the role: parked KeepAlives return NotMaster and every lock
+// waiter is told to retry with the new master.
+func (m *master) stop() {
+	m.cancel()
+	m.sessions.Stop()
+	m.wg.Wait()
+	m.mu.Lock()
+	queues := m.mu.queues
+	m.mu.queues = map[string]*lockQueue{}
+	m.mu.Unlock()
+	for _, q := range queues {
+		for _, w := range q.waiters {
+			w.finish(nil, m.r.notMaster())
+		}
+	}
+}
+
+// expireLoop turns the session manager's expiry decisions into logged
+// ExpireSession commands (Chubby: the lease ran out, so the session ends,
+// its locks are released with lock-delay and its ephemeral nodes deleted).
+func (m *master) expireLoop() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case d, ok := <-m.sessions.Decisions():
+			if !ok {
+				return
+			}
+			m.r.metrics.expiries.Inc()
+			m.r.log.Info("session lease ran out; expiring it", "session", d.Session)
+			m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: uint64(d.Session)}, func(res namespace.Result, err error) {
+				if err != nil {
+					m.r.log.Warn("expiring session failed; the next master will decide again", "session", d.Session, "err", err)
+				}
+			})
+		}
+	}
+}
+
+// owner returns the principal that owns a live session.
+func (m *master) owner(id uint64) (namespace.Caller, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.mu.owners[id]
+	return c, ok
+}
+
+// onApplied runs on the run loop goroutine for every command applied while
+// this replica is master, whoever proposed it: it keeps sessions, waiters
+// and subscriptions in step with the replicated state and publishes events.
+// It must not block.
+func (m *master) onApplied(cmd []byte, res namespace.Result) {
+	switch reply := res.Reply.(type) {
+	case *namespace.SessionCreated:
+		if c, err := namespace.DecodeCommand(cmd); err == nil {
+			m.mu.Lock()
+			m.mu.owners[reply.Session] = c.Caller
+			m.mu.Unlock()
+		}
+		if _, err := m.sessions.Add(session.ID(reply.Session)); err != nil && !errors.Is(err, session.ErrDuplicateSession) {
+			m.r.log.Warn("tracking new session", "session", reply.Session, "err", err)
+		}
+	case *namespace.SessionEnded:
+		m.mu.Lock()
+		delete(m.mu.owners, reply.Session)
+		for path, subs := range m.mu.subs {
+			delete(subs, reply.Session)
+			if len(subs) == 0 {
+				delete(m.mu.subs, path)
+			}
+		}
+		for path, cs := range m.mu.cachers {
+			delete(cs, reply.Session)
+			if len(cs) == 0 {
+				delete(m.mu.cachers, path)
+			}
+		}
+		m.mu.Unlock()
+		_ = m.sessions.Remove(session.ID(reply.Session))
+	}
+	for _, ch := range res.Changes {
+		m.publishChange(ch)
+	}
+	for _, f := range res.Freed {
+		m.lockFreed(f)
+	}
+}
+
+// subscribe records that session watches path for the events in mask.
+func (m *master) subscribe(sess uint64, path string, mask api.EventMask) {
+	if mask == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	subs := m.mu.subs[path]
+	if subs == nil {
+		subs = map[uint64]api.EventMask{}
+		m.mu.subs[path] = subs
+	}
+	subs[sess] |= mask
+}
+
+// unsubscribe forgets session's watch on path.
+func (m *master) unsubscribe(sess uint64, path string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if subs := m.mu.subs[path]; subs != nil {
+		delete(subs, sess)
+		if len(subs) == 0 {
+			delete(m.mu.subs, path)
+		}
+	}
+}
+
+// publish sends ev to every session watching ev.Path for want.
+func (m *master) publish(want api.EventMask, ev api.Event) {
+	m.mu.Lock()
+	var to []uint64
+	for sess, mask := range m.mu.subs[ev.Path] {
+		if mask&want != 0 {
+			to = append(to, sess)
+		}
+	}
+	m.mu.Unlock()
+	for _, sess := range to {
+		_ = m.sessions.Publish(session.ID(sess), ev)
+		m.r.metrics.events.Inc()
+	}
+}
+
+func (m *master) publishChange(ch namespace.NodeChange) {
+	switch ch.Kind {
+	case namespace.ChangeContents:
+		m.publish(api.WantContentsModified, api.Event{Kind: api.EventContentsModified, Path: ch.Path, Instance: ch.Instance})
+	case namespace.ChangeChildAdded:
+		m.publish(api.WantChildAdded, api.Event{Kind: api.EventChildAdded, Path: ch.Path, Child: ch.Child, Instance: ch.Instance})
+	case namespace.ChangeChildRemoved:
+		m.publish(api.WantChildRemoved, api.Event{Kind: api.EventChildRemoved, Path: ch.Path, Child: ch.Child, Instance: ch.Instance})
+	case namespace.ChangeLockAcquired:
+		m.publish(api.WantLockAcquired, api.Event{Kind: api.EventLockAcquired, Path: ch.Path, Instance: ch.Instance})
+	case namespace.ChangeDeleted:
+		// Every handle on the node is now invalid, whatever it asked for.
+		m.publish(^api.EventMask(0), api.Event{Kind: api.EventHandleInvalid, Path: ch.Path, Instance: ch.Instance})
+		m.mu.Lock()
+		delete(m.mu.subs, ch.Path)
+		m.mu.Unlock()
+	}
+}
+
+// registerCacher records, before a read through a Cache handle, that the
+// session may cache path, and reports whether the read is cacheable: it is
+// not while a write to path is invalidating caches (the read could return
+// the old value after the session was invalidated).
+func (m *master) registerCacher(sess uint64, path string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.writing[path] > 0 {
+		return false
+	}
+	cs := m.mu.cachers[path]
+	if cs == nil {
+		cs = map[uint64]struct{}{}
+		m.mu.cachers[path] = cs
+	}
+	cs[sess] = struct{}{}
+	return true
+}
+
+// invalidate is called before a write to path is proposed. It marks the
+// write in progress, waits until a new master's fail-over is acknowledged by
+// every session (Chubby §2.9: until then a client may still trust a cache
+// the old master was keeping consistent), then invalidates every session
+// caching path and waits until each acknowledged or its lease ran out. The
+// caller must call the returned end once the write was applied or failed.
+func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind) (end func(), err error) {
+	m.mu.Lock()
+	m.mu.writing[path]++
+	cachers := m.mu.cachers[path]
+	delete(m.mu.cachers, path)
+	m.mu.Unlock()
+	end = func() {
+		m.mu.Lock()
+		if m.mu.writing[path]--; m.mu.writing[path] <= 0 {
+			delete(m.mu.writing, path)
+		}
+		m.mu.Unlock()
+	}
+	select {
+	case <-m.sessions.FailoverDone():
+	case <-ctx.Done():
+		end()
+		return nil, ctxError(ctx)
+	case <-m.ctx.Done():
+		end()
+		return nil, m.r.notMaster()
+	}
+	if len(cachers) == 0 {
+		return end, nil
+	}
+	errs := make(chan error, len(cachers))
+	for sess := range cachers {
+		go func(sess uint64) {
+			errs <- m.sessions.Invalidate(ctx, session.ID(sess), api.Event{Kind: kind, Path: path})
+		}(sess)
+	}
+	var first error
+	for range cachers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	m.r.metrics.invalidations.Add(float64(len(cachers)))
+	if first != nil {
+		end()
+		return nil, m.r.sessionError(first)
+	}
+	return end, nil
+}
+
+// lockQueue is the FIFO of sessions waiting for one lock at this master. A
+// release wakes exactly the head (and, for shared grants, the run of shared
+// waiters behind it): no thundering herd.
+type lockQueue struct {
+	path    string
+	waiters []*lockWaiter
+	// inflight reports that an Acquire for the head is in Paxos.
+	inflight bool
+	// timer retries the head when a lock-delay ends.
+	timer *time.Timer
+}
+
+// lockWaiter is one blocked Acquire.
+type lockWaiter struct {
+	caller  namespace.Caller
+	session uint64
+	mode    api.LockMode
+	// result receives the outcome exactly once (buffered).
+	result chan waitResult
+	once   sync.Once
+	// gone is closed when the caller stopped waiting (canceled).
+	gone chan struct{}
+}
+
+type waitResult struct {
+	granted *namespace.Granted
+	err     error
+}
+
+func (w *lockWaiter) finish(g *namespace.Granted, err error) {
+	w.once.Do(func() { w.result <- waitResult{g, err} })
+}
+
+func (w *lockWaiter) abandoned() bool {
+	select {
+	case <-w.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// enqueue adds w behind the lock's other waiters and, if it is first, asks
+// for the lock at once.
+func (m *master) enqueue(path string, w *lockWaiter) {
+	m.mu.Lock()
+	q := m.mu.queues[path]
+	if q == nil {
+		q = &lockQueue{path: path}
+		m.mu.queues[path] = q
+	}
+	q.waiters = append(q.waiters, w)
+	m.r.metrics.waiters.Inc()
+	m.mu.Unlock()
+	m.kick(path)
+}
+
+// waiterCount returns the number of blocked Acquire calls.
+func (m *master) waiterCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, q := range m.mu.queues {
+		n += len(q.waiters)
+	}
+	return n
+}
+
+// queued reports whether someone waits for path (a non-blocking Acquire
+// must not overtake them).
+func (m *master) queued(path string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.mu.queues[path]
+	return q != nil && len(q.waiters) > 0
+}
+
+// cancelWaiter removes w (whose caller gave up). If its Acquire is already
+// in Paxos, the grant, if any, is released when it arrives (see kick).
+func (m *master) cancelWaiter(path string, w *lockWaiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.mu.queues[path]
+	if q == nil {
+		return
+	}
+	for i, x := range q.waiters {
+		if x != w {
+			continue
+		}
+		if i == 0 && q.inflight {
+			return // kick sees w.gone when the outcome arrives
+		}
+		q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+		m.r.metrics.waiters.Dec()
+		m.dropIfEmptyLocked(q)
+		return
+	}
+}
+
+func (m *master) dropIfEmptyLocked(q *lockQueue) {
+	if len(q.waiters) == 0 && !q.inflight {
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+		delete(m.mu.queues, q.path)
+	}
+}
+
+// kick proposes an Acquire for the head waiter of path, unless one is in
+// flight already.
+func (m *master) kick(path string) {
+	m.mu.Lock()
+	q := m.mu.queues[path]
+	if q == nil || q.inflight || len(q.waiters) == 0 || m.ctx.Err() != nil {
+		m.mu.Unlock()
+		return
+	}
+	// Skip waiters that left while queued.
+	for len(q.waiters) > 0 && q.waiters[0].abandoned() {
+		q.waiters = q.waiters[1:]
+		m.r.metrics.waiters.Dec()
+	}
+	if len(q.waiters) == 0 {
+		m.dropIfEmptyLocked(q)
+		m.mu.Unlock()
+		return
+	}
+	w := q.waiters[0]
+	q.inflight = true
+	m.mu.Unlock()
+	go m.r.proposeAsync(w.caller, &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}, func(res namespace.Result, err error) {
+		m.headOutcome(q, w, res, err)
+	})
+}
+
+// headOutcome handles the result of the head waiter's Acquire. It runs on
+// the run loop goroutine and must not block.
+func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, err error) {
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	g, _ := res.Reply.(*namespace.Granted)
+	m.mu.Lock()
+	q.inflight = false
+	var next bool
+	switch {
+	case err == nil && g != nil:
+		q.waiters = q.waiters[1:]
+		m.r.metrics.waiters.Dec()
+		// Shared grants let the next shared waiter in at once.
+		next = g.Mode == api.LockShared && len(q.waiters) > 0 && q.waiters[0].mode == api.LockShared
+	case errors.Is(err, api.ErrLocked):
+		// Stay at the head; the release that frees the lock kicks again.
+		m.notifyConflict(q.path)
+	case errors.Is(err, api.ErrLockDelay):
+		var ae *api.Error
+		errors.As(err, &ae)
+		wait := time.Until(time.Unix(0, ae.Until))
+		if wait < time.Millisecond {
+			wait = time.Millisecond
+		}
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+		q.timer = time.AfterFunc(wait, func() { m.kick(q.path) })
+	default:
+		// NotFound, SessionExpired, PermissionDenied, NotMaster...: this
+		// waiter is done; the next one gets its turn.
+		q.waiters = q.waiters[1:]
+		m.r.metrics.waiters.Dec()
+		next = len(q.waiters) > 0
+	}
+	m.dropIfEmptyLocked(q)
+	m.mu.Unlock()
+	switch {
+	case g != nil && w.abandoned():
+		// The caller canceled while its Acquire was in Paxos: give the lock
+		// back so a canceled waiter leaves nothing behind.
+		go m.r.proposeAsync(w.caller, &namespace.Release{Session: w.session, Path: q.path, Generation: g.Generation}, func(namespace.Result, error) {})
+	case g != nil:
+		w.finish(g, nil)
+	case err != nil && !errors.Is(err, api.ErrLocked) && !errors.Is(err, api.ErrLockDelay):
+		w.finish(nil, err)
+	}
+	if next {
+		go m.kick(q.path)
+	}
+}
+
+// notifyConflict tells the holders of path that someone waits for it.
+// REQUIRES: m.mu held.
+func (m *master) notifyConflict(path string) {
+	if len(m.mu.subs[path]) == 0 {
+		return
+	}
+	go m.publish(api.WantConflictingLock, api.Event{Kind: api.EventConflictingLock, Path: path})
+}
+
+// lockFreed wakes the head waiter of a lock that became free, or fails
+// every waiter if its node is gone. Runs on the run loop goroutine.
+func (m *master) lockFreed(f namespace.FreedLock) {
+	if !f.NodeDeleted {
+		go m.kick(f.Path)
+		return
+	}
+	m.mu.Lock()
+	q := m.mu.queues[f.Path]
+	var ws []*lockWaiter
+	if q != nil && !q.inflight {
+		ws = q.waiters
+		q.waiters = nil
+		m.r.metrics.waiters.Sub(float64(len(ws)))
+		m.dropIfEmptyLocked(q)
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		w.finish(nil, apiErr(api.NotFound, "the lock's node was deleted"))
+	}
+	if q != nil && q.inflight {
+		go m.kick(f.Path)
+	}
+}

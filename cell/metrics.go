@@ -1,0 +1,139 @@
+package cell
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/paxos"
+)
+
+// metrics are one replica's Prometheus metrics, in a registry of its own so
+// several replicas can share a process (the dev cell).
+type metrics struct {
+	reg *prometheus.Registry
+
+	chosen, applied    prometheus.Gauge
+	isMaster           prometheus.Gauge
+	proposals          prometheus.Counter
+	batchSize          prometheus.Histogram
+	fsync              prometheus.Histogram
+	commitLatency      prometheus.Histogram
+	masterChanges      prometheus.Counter
+	keepalives         prometheus.Counter
+	expiries           prometheus.Counter
+	events             prometheus.Counter
+	invalidations      prometheus.Counter
+	waiters            prometheus.Gauge
+	snapshotsTaken     prometheus.Counter
+	snapshotsInstalled prometheus.Counter
+	badPeerMessages    prometheus.Counter
+	rpcs               *prometheus.CounterVec
+	rpcLatency         *prometheus.HistogramVec
+}
+
+func newMetrics(r *Replica) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lockcell", Name: name, Help: help})
+		f(g)
+		return g
+	}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "lockcell", Name: name, Help: help})
+		f(c)
+		return c
+	}
+	latency := prometheus.ExponentialBuckets(0.0001, 2, 16) // 100µs .. ~3.3s
+	m.chosen = gauge("paxos_chosen_slot", "Highest slot up to which every value is known chosen.")
+	m.applied = gauge("paxos_applied_slot", "Highest slot applied to the namespace.")
+	m.isMaster = gauge("master", "1 while this replica is the serving master.")
+	m.proposals = counter("paxos_proposals_total", "Commands proposed by this replica.")
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "lockcell", Name: "paxos_batch_commands", Help: "Commands per applied slot.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
+	f(m.batchSize)
+	m.fsync = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "lockcell", Name: "paxos_fsync_seconds", Help: "Latency of synced Paxos log writes.", Buckets: latency})
+	f(m.fsync)
+	m.commitLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "lockcell", Name: "paxos_commit_seconds", Help: "From proposal to applied result.", Buckets: latency})
+	f(m.commitLatency)
+	m.masterChanges = counter("master_changes_total", "Times this replica became master.")
+	m.keepalives = counter("keepalives_total", "KeepAlive requests served.")
+	m.expiries = counter("session_expiries_total", "Sessions whose lease ran out at this master.")
+	m.events = counter("events_total", "Events published to sessions.")
+	m.invalidations = counter("cache_invalidations_total", "Cache invalidations a write waited for.")
+	m.waiters = gauge("lock_waiters", "Blocked Acquire calls waiting in lock queues.")
+	m.snapshotsTaken = counter("snapshots_taken_total", "Snapshots taken to compact the Paxos log.")
+	m.snapshotsInstalled = counter("snapshots_installed_total", "Snapshots received from the leader and installed.")
+	m.badPeerMessages = counter("peer_messages_refused_total", "Peer messages that did not decode or were refused by the Paxos core.")
+	m.rpcs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockcell", Name: "rpcs_total", Help: "Client RPCs by tenant, method and result code."}, []string{"tenant", "method", "code"})
+	f(m.rpcs)
+	m.rpcLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockcell", Name: "rpc_seconds", Help: "Client RPC latency by method (KeepAlive long-polls excluded).", Buckets: latency}, []string{"method"})
+	f(m.rpcLatency)
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lockcell", Name: "sessions", Help: "Live sessions known to this master."}, func() float64 {
+		if ms := r.master.Load(); ms != nil {
+			return float64(ms.sessions.Stats().Sessions)
+		}
+		return 0
+	}))
+	f(transportCollector{r})
+	return m
+}
+
+func (m *metrics) observeStatus(prev, st *paxos.Status) {
+	m.chosen.Set(float64(st.Chosen))
+	m.applied.Set(float64(st.Applied))
+	if st.Master {
+		m.isMaster.Set(1)
+	} else {
+		m.isMaster.Set(0)
+	}
+}
+
+func (m *metrics) observeRPC(tenant string, method api.Method, err error, d time.Duration) {
+	code := api.OK
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		code = ae.Code
+	} else if err != nil {
+		code = api.Internal
+	}
+	if tenant == "" {
+		tenant = "-"
+	}
+	m.rpcs.WithLabelValues(tenant, method.String(), code.String()).Inc()
+	if method != api.MethodKeepAlive {
+		m.rpcLatency.WithLabelValues(method.String()).Observe(d.Seconds())
+	}
+}
+
+// transportCollector exports the endpoint's counters.
+type transportCollector struct{ r *Replica }
+
+var transportDesc = prometheus.NewDesc("lockcell_transport_events_total", "Transport counters (bytes, frames, drops, reconnects, refusals).", []string{"counter"}, nil)
+
+func (transportCollector) Describe(ch chan<- *prometheus.Desc) { ch <- transportDesc }
+
+func (c transportCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.r.ep == nil {
+		return
+	}
+	s := c.r.ep.Stats()
+	for _, kv := range []struct {
+		name string
+		v    uint64
+	}{
+		{"peer_frames_sent", s.PeerFramesSent}, {"peer_bytes_sent", s.PeerBytesSent},
+		{"peer_frames_received", s.PeerFramesReceived}, {"peer_bytes_received", s.PeerBytesReceived},
+		{"client_frames_sent", s.ClientFramesSent}, {"client_bytes_sent", s.ClientBytesSent},
+		{"client_frames_received", s.ClientFramesReceived}, {"client_bytes_received", s.ClientBytesReceived},
+		{"drops_queue_full", s.DropsQueueFull}, {"drops_fault", s.DropsFault},
+		{"drops_disconnected", s.DropsDisconnected}, {"drops_client_cut", s.DropsClientCut},
+		{"dials", s.Dials}, {"dial_failures", s.DialFailures}, {"reconnects", s.Reconnects},
+		{"refused_handshakes", s.RefusedHandshakes}, {"refused_conn_limit", s.RefusedConnLimit},
+		{"bad_frames", s.BadFrames},
+	} {
+		ch <- prometheus.MustNewConstMetric(transportDesc, prometheus.CounterValue, float64(kv.v), kv.name)
+	}
+}

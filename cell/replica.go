@@ -1,0 +1,617 @@
+package cell
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/lockcell/lockcell/namespace"
+	"github.com/lockcell/lockcell/paxos"
+	"github.com/lockcell/lockcell/transport"
+)
+
+// tagPaxos tags Paxos messages on the peer mesh.
+const tagPaxos uint16 = 1
+
+// ErrStopped is returned by a Replica's methods once it has stopped, and by
+// Err after a fatal error (wrapped with the cause).
+var ErrStopped = errors.New("cell: replica stopped")
+
+// Replica is one running replica of a cell: its Pebble store (Paxos log and
+// namespace in one DB), the run loop around the Paxos core, the QUIC
+// endpoint, and, while it is master, the master role that serves clients.
+//
+// Life cycle: Start, then Close (or watch Done when a fatal storage error
+// stops it: it never carries on after one). Methods are safe for concurrent
+// use.
+type Replica struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *pebble.DB
+	logdb   *paxos.PebbleStorage
+	ns      *namespace.Store
+	ep      *transport.Endpoint
+	metrics *metrics
+	httpSrv *http.Server
+	httpLn  net.Listener
+
+	proposeC chan *proposal
+	ctlC     chan func()
+
+	// status is the core's status after the loop's latest step.
+	status atomic.Pointer[paxos.Status]
+	// master is the master role while this replica leads; nil otherwise.
+	master atomic.Pointer[master]
+
+	cancel   context.CancelFunc
+	done     chan struct{}
+	errMu    sync.Mutex
+	err      error
+	closeOne sync.Once
+
+	// Loop-owned state: touched only by the run loop goroutine.
+	node     *paxos.Node
+	waiters  map[paxos.ProposalID]*proposal
+	lastSnap uint64
+}
+
+// proposal is a command on its way through Paxos. done is called exactly
+// once, on the run loop goroutine, and must not block.
+type proposal struct {
+	data  []byte
+	start time.Time
+	done  func(res namespace.Result, err error)
+}
+
+// Start opens the replica's store under cfg.DataDir, starts its endpoint
+// and run loop, and returns once it is running. A replica restarted on the
+// same DataDir rejoins with everything it had made durable.
+func Start(ctx context.Context, cfg Config) (*Replica, error) {
+	cfg = cfg.populate()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("cell: data dir: %w", err)
+	}
+	db, err := pebble.Open(cfg.DataDir, &pebble.Options{Logger: quietPebbleLogger{cfg.Logger}})
+	if err != nil {
+		return nil, fmt.Errorf("cell: open store: %w", err)
+	}
+	r := &Replica{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		db:       db,
+		proposeC: make(chan *proposal, 4096),
+		ctlC:     make(chan func()),
+		done:     make(chan struct{}),
+		waiters:  map[paxos.ProposalID]*proposal{},
+	}
+	if err := r.open(ctx); err != nil {
+		r.closeResources()
+		return nil, err
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.run(loopCtx)
+	r.log.Info("replica started", "addr", r.ep.Addr().String(), "applied", r.ns.AppliedSlot(), "http", r.HTTPAddr())
+	return r, nil
+}
+
+func (r *Replica) open(ctx context.Context) error {
+	var err error
+	if r.logdb, err = paxos.NewPebbleStorage(r.db); err != nil {
+		return fmt.Errorf("cell: paxos log: %w", err)
+	}
+	if r.ns, err = namespace.Open(r.db, namespace.Config{AdminPrincipal: r.cfg.AdminPrincipal, Logger: r.log}); err != nil {
+		return fmt.Errorf("cell: namespace: %w", err)
+	}
+	snap, err := r.logdb.Snapshot()
+	if err != nil {
+		return fmt.Errorf("cell: paxos log: %w", err)
+	}
+	r.lastSnap = uint64(snap.Slot)
+	ids := r.cfg.replicaIDs()
+	pids := make([]paxos.ID, len(ids))
+	for i, id := range ids {
+		pids[i] = paxos.ID(id)
+	}
+	r.node, err = paxos.NewNode(paxos.Config{
+		ID:             paxos.ID(r.cfg.ID),
+		Replicas:       pids,
+		LeaseTicks:     r.cfg.LeaseTicks,
+		HeartbeatTicks: r.cfg.HeartbeatTicks,
+		ElectionTicks:  r.cfg.ElectionTicks,
+		DriftPPM:       r.cfg.DriftPPM,
+		MaxBatch:       r.cfg.MaxBatch,
+		Seed:           uint64(time.Now().UnixNano()) ^ r.cfg.ID<<32,
+		Storage:        r.logdb,
+		Applied:        paxos.Slot(r.ns.AppliedSlot()),
+	})
+	if err != nil {
+		return fmt.Errorf("cell: paxos: %w", err)
+	}
+	st := r.node.Status()
+	r.status.Store(&st)
+	r.metrics = newMetrics(r)
+	peers := map[uint64]string{}
+	for id, addr := range r.cfg.Replicas {
+		if id != r.cfg.ID {
+			peers[id] = addr
+		}
+	}
+	r.ep, err = transport.Listen(ctx, transport.Config{
+		ID:            r.cfg.ID,
+		Addr:          r.cfg.Replicas[r.cfg.ID],
+		PacketConn:    r.cfg.PacketConn,
+		Peers:         peers,
+		CA:            r.cfg.CA,
+		Certificate:   r.cfg.Certificate,
+		ClientHandler: r.serveStream,
+		Faults:        r.cfg.Faults,
+		Logger:        r.log,
+	})
+	if err != nil {
+		return fmt.Errorf("cell: transport: %w", err)
+	}
+	if r.cfg.HTTPAddr != "" {
+		if err := r.startHTTP(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close stops the replica: the master role ends at once (without a
+// hand-over; use StepDown first for a planned one), the loop stops, and the
+// endpoint and store close. It is safe to call more than once.
+func (r *Replica) Close() error {
+	r.closeOne.Do(func() {
+		if r.cancel != nil {
+			r.cancel()
+			<-r.done
+		}
+		r.closeResources()
+	})
+	return nil
+}
+
+func (r *Replica) closeResources() {
+	if r.httpSrv != nil {
+		_ = r.httpSrv.Close()
+	}
+	if r.ep != nil {
+		_ = r.ep.Close()
+	}
+	if r.db != nil {
+		if err := r.db.Close(); err != nil {
+			r.log.Warn("closing store", "err", err)
+		}
+	}
+}
+
+// Done is closed when the replica's run loop has stopped, after Close or a
+// fatal error (see Err).
+func (r *Replica) Done() <-chan struct{} { return r.done }
+
+// Err returns the fatal error that stopped the replica, or nil.
+func (r *Replica) Err() error {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.err
+}
+
+// ID returns the replica's id.
+func (r *Replica) ID() uint64 { return r.cfg.ID }
+
+// Addr returns the replica's UDP address (peers and clients).
+func (r *Replica) Addr() net.Addr { return r.ep.Addr() }
+
+// HTTPAddr returns the address of the metrics and status listener, or "".
+func (r *Replica) HTTPAddr() string {
+	if r.httpLn == nil {
+		return ""
+	}
+	return r.httpLn.Addr().String()
+}
+
+// Status describes a replica as it sees itself.
+type Status struct {
+	ID       uint64
+	Leader   uint64
+	Epoch    uint64
+	IsLeader bool
+	// Master reports that this replica holds the master lease and serves.
+	Master   bool
+	Chosen   uint64
+	Applied  uint64
+	Checksum uint64
+	// Compacted is the slot of the last snapshot: the Paxos log holds
+	// nothing at or below it.
+	Compacted uint64
+	// Sessions and LockWaiters are the master's live sessions and blocked
+	// Acquire calls (zero unless master).
+	Sessions, LockWaiters int
+}
+
+// Status returns the replica's current status.
+func (r *Replica) Status() Status {
+	st := r.status.Load()
+	m := r.master.Load()
+	out := Status{
+		ID:        r.cfg.ID,
+		Leader:    uint64(st.Leader),
+		Epoch:     uint64(st.Epoch),
+		IsLeader:  st.IsLeader,
+		Master:    st.Master && m != nil,
+		Chosen:    uint64(st.Chosen),
+		Applied:   r.ns.AppliedSlot(),
+		Checksum:  r.ns.Checksum(),
+		Compacted: uint64(st.Compacted),
+	}
+	if m != nil {
+		out.Sessions = m.sessions.Stats().Sessions
+		out.LockWaiters = m.waiterCount()
+	}
+	return out
+}
+
+// StepDown hands mastership over without waiting out the master lease (a
+// planned hand-over). next names the preferred successor, 0 for any.
+func (r *Replica) StepDown(ctx context.Context, next uint64) error {
+	errc := make(chan error, 1)
+	f := func() {
+		m := r.master.Load()
+		err := r.node.StepDown(paxos.ID(next))
+		if err == nil && m != nil {
+			r.loseMaster("step-down")
+		}
+		errc <- err
+	}
+	select {
+	case r.ctlC <- f:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return ErrStopped
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Replica) fail(err error) {
+	r.errMu.Lock()
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	r.errMu.Unlock()
+	r.log.Error("replica stopping on a fatal error; it must be restarted from its store", "err", err)
+}
+
+// run is the replica's event loop: the only goroutine that touches the
+// Paxos node, writes the Paxos log and applies to the namespace.
+func (r *Replica) run(ctx context.Context) {
+	defer close(r.done)
+	defer r.loseMaster("stopped")
+	defer r.failWaiters()
+	interval := r.cfg.Tick
+	if r.cfg.ClockScale != 0 {
+		interval = time.Duration(float64(interval) * r.cfg.ClockScale)
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	recv := r.ep.Recv()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			r.node.Tick()
+		case pm := <-recv:
+			r.step(pm)
+		case p := <-r.proposeC:
+			r.proposeNow(p)
+			// Drain what else arrived, so that concurrent proposals share
+			// one slot (group commit).
+			for more := true; more; {
+				select {
+				case p := <-r.proposeC:
+					r.proposeNow(p)
+				default:
+					more = false
+				}
+			}
+		case f := <-r.ctlC:
+			f()
+		}
+		if err := r.processReady(); err != nil {
+			r.fail(err)
+			return
+		}
+		r.afterStep()
+	}
+}
+
+func (r *Replica) step(pm transport.PeerMessage) {
+	if pm.Tag != tagPaxos {
+		r.metrics.badPeerMessages.Inc()
+		return
+	}
+	var m paxos.Message
+	if err := pm.Decode(&m); err != nil {
+		r.metrics.badPeerMessages.Inc()
+		r.log.Debug("undecodable peer message", "from", pm.From, "err", err)
+		return
+	}
+	if uint64(m.From) != pm.From {
+		// The transport authenticated the sender; a message claiming to be
+		// from another replica is refused.
+		r.metrics.badPeerMessages.Inc()
+		return
+	}
+	if err := r.node.Step(m); err != nil {
+		r.metrics.badPeerMessages.Inc()
+		r.log.Debug("peer message refused", "from", pm.From, "err", err)
+	}
+}
+
+func (r *Replica) proposeNow(p *proposal) {
+	id, err := r.node.Propose(p.data)
+	if err != nil {
+		p.done(namespace.Result{}, r.proposeError(err))
+		return
+	}
+	r.metrics.proposals.Inc()
+	r.waiters[id] = p
+}
+
+// processReady carries out the core's Ready batches in the order paxos/doc.go
+// prescribes: persist (fsync) → send → install snapshot → apply → outcomes
+// → Advance.
+func (r *Replica) processReady() error {
+	for r.node.HasReady() {
+		rd := r.node.Ready()
+		if !rd.HardState.IsEmpty() || len(rd.Entries) > 0 {
+			t0 := time.Now()
+			if rd.MustSync && r.cfg.SyncDelay > 0 {
+				time.Sleep(r.cfg.SyncDelay)
+			}
+			if err := r.logdb.Save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+				return fmt.Errorf("saving paxos state: %w", err)
+			}
+			if rd.MustSync {
+				r.metrics.fsync.Observe(time.Since(t0).Seconds())
+			}
+		}
+		for _, m := range rd.Messages {
+			if err := r.ep.Send(uint64(m.To), tagPaxos, m); err != nil {
+				r.log.Debug("send", "to", m.To, "err", err)
+			}
+		}
+		if !rd.Snapshot.IsEmpty() {
+			if err := r.installSnapshot(rd.Snapshot); err != nil {
+				return err
+			}
+		}
+		for _, e := range rd.Chosen {
+			if err := r.apply(e); err != nil {
+				return err
+			}
+		}
+		for _, o := range rd.Outcomes {
+			if o.Err == nil {
+				continue // delivered when its slot was applied
+			}
+			if p, ok := r.waiters[o.ID]; ok {
+				delete(r.waiters, o.ID)
+				p.done(namespace.Result{}, r.proposeError(o.Err))
+			}
+		}
+		r.node.Advance(rd)
+	}
+	return r.maybeSnapshot()
+}
+
+func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
+	if err := r.logdb.SaveSnapshot(snap); err != nil {
+		return fmt.Errorf("saving snapshot: %w", err)
+	}
+	if err := r.ns.InstallSnapshot(bytes.NewReader(snap.Data)); err != nil {
+		return fmt.Errorf("installing snapshot at slot %d: %w", snap.Slot, err)
+	}
+	r.lastSnap = uint64(snap.Slot)
+	r.metrics.snapshotsInstalled.Inc()
+	r.log.Info("installed snapshot", "slot", snap.Slot)
+	return nil
+}
+
+func (r *Replica) apply(e paxos.Entry) error {
+	cmds := make([][]byte, len(e.Value.Cmds))
+	for i, c := range e.Value.Cmds {
+		cmds[i] = c.Data
+	}
+	results, err := r.ns.ApplySlot(uint64(e.Slot), cmds)
+	if errors.Is(err, namespace.ErrAlreadyApplied) {
+		return nil // a snapshot already covered it
+	}
+	if err != nil {
+		return fmt.Errorf("applying slot %d: %w", e.Slot, err)
+	}
+	r.metrics.batchSize.Observe(float64(len(cmds)))
+	m := r.master.Load()
+	for i, c := range e.Value.Cmds {
+		res := results[i]
+		if m != nil {
+			m.onApplied(cmds[i], res)
+		}
+		if p, ok := r.waiters[c.ID]; ok {
+			delete(r.waiters, c.ID)
+			r.metrics.commitLatency.Observe(time.Since(p.start).Seconds())
+			p.done(res, nil)
+		}
+	}
+	return nil
+}
+
+// maybeSnapshot compacts the Paxos log every SnapshotEvery applied slots.
+func (r *Replica) maybeSnapshot() error {
+	applied := r.ns.AppliedSlot()
+	if applied < r.lastSnap+r.cfg.SnapshotEvery {
+		return nil
+	}
+	var buf bytes.Buffer
+	slot, err := r.ns.Snapshot(&buf)
+	if err != nil {
+		return fmt.Errorf("taking snapshot: %w", err)
+	}
+	if err := r.logdb.SaveSnapshot(paxos.Snapshot{Slot: paxos.Slot(slot), Data: buf.Bytes()}); err != nil {
+		return fmt.Errorf("saving snapshot: %w", err)
+	}
+	if err := r.node.Compact(paxos.Slot(slot)); err != nil {
+		return fmt.Errorf("compacting: %w", err)
+	}
+	r.lastSnap = slot
+	r.metrics.snapshotsTaken.Inc()
+	r.log.Info("compacted the paxos log", "slot", slot, "bytes", buf.Len())
+	return nil
+}
+
+// afterStep publishes the core's status and starts or ends the master role.
+func (r *Replica) afterStep() {
+	st := r.node.Status()
+	prev := r.status.Swap(&st)
+	r.metrics.observeStatus(prev, &st)
+	m := r.master.Load()
+	switch {
+	case m != nil && (!st.IsLeader || uint64(st.Epoch) != m.epoch):
+		r.loseMaster("leadership lost")
+		if st.Master {
+			r.becomeMaster(st)
+		}
+	case m == nil && st.Master:
+		r.becomeMaster(st)
+	}
+}
+
+// serving returns the master role if this replica may serve clients now:
+// it leads, and its master lease is live.
+func (r *Replica) serving() *master {
+	m := r.master.Load()
+	if m == nil || !r.status.Load().Master {
+		return nil
+	}
+	return m
+}
+
+func (r *Replica) becomeMaster(st paxos.Status) {
+	m, err := newMaster(r, uint64(st.Epoch))
+	if err != nil {
+		r.log.Error("cannot start the master role", "err", err)
+		return
+	}
+	r.master.Store(m)
+	r.metrics.masterChanges.Inc()
+	r.log.Info("became master", "epoch", paxos.Ballot(st.Epoch).String(), "applied", r.ns.AppliedSlot())
+}
+
+func (r *Replica) loseMaster(why string) {
+	m := r.master.Swap(nil)
+	if m == nil {
+		return
+	}
+	m.stop()
+	r.log.Info("master role ended", "why", why, "epoch", paxos.Ballot(m.epoch).String())
+}
+
+// failWaiters answers every proposal still waiting when the loop stops.
+func (r *Replica) failWaiters() {
+	for id, p := range r.waiters {
+		delete(r.waiters, id)
+		p.done(namespace.Result{}, errUnavailable("the replica stopped; the command may or may not have been applied"))
+	}
+	for {
+		select {
+		case p := <-r.proposeC:
+			p.done(namespace.Result{}, errUnavailable("the replica stopped"))
+		default:
+			return
+		}
+	}
+}
+
+// propose runs op through Paxos on behalf of caller and returns its applied
+// result. The command is stamped with this master's wall-clock time, the
+// only time the namespace ever uses. If ctx ends first the command may still
+// be applied later.
+func (r *Replica) propose(ctx context.Context, caller namespace.Caller, op namespace.Op) (namespace.Result, error) {
+	data, err := namespace.EncodeCommand(namespace.Command{Time: time.Now().UnixNano(), Caller: caller, Op: op})
+	if err != nil {
+		return namespace.Result{}, errInvalid(err.Error())
+	}
+	type outcome struct {
+		res namespace.Result
+		err error
+	}
+	ch := make(chan outcome, 1)
+	p := &proposal{data: data, start: time.Now(), done: func(res namespace.Result, err error) { ch <- outcome{res, err} }}
+	select {
+	case r.proposeC <- p:
+	case <-ctx.Done():
+		return namespace.Result{}, ctxError(ctx)
+	case <-r.done:
+		return namespace.Result{}, errUnavailable("the replica stopped")
+	}
+	select {
+	case o := <-ch:
+		return o.res, o.err
+	case <-ctx.Done():
+		return namespace.Result{}, ctxError(ctx)
+	}
+}
+
+// proposeAsync runs op through Paxos and calls done with the result on the
+// run loop goroutine; done must not block.
+func (r *Replica) proposeAsync(caller namespace.Caller, op namespace.Op, done func(namespace.Result, error)) {
+	data, err := namespace.EncodeCommand(namespace.Command{Time: time.Now().UnixNano(), Caller: caller, Op: op})
+	if err != nil {
+		done(namespace.Result{}, errInvalid(err.Error()))
+		return
+	}
+	p := &proposal{data: data, start: time.Now(), done: done}
+	select {
+	case r.proposeC <- p:
+	case <-r.done:
+		done(namespace.Result{}, errUnavailable("the replica stopped"))
+	}
+}
+
+// quietPebbleLogger routes Pebble's logs to slog at debug level (errors at
+// error level).
+type quietPebbleLogger struct{ l *slog.Logger }
+
+func (q quietPebbleLogger) Infof(format string, args ...any) {
+	q.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (q quietPebbleLogger) Errorf(format string, args ...any) {
+	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (q quietPebbleLogger) Fatalf(format string, args ...any) {
+	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	os.Exit(1)
+}

@@ -1,0 +1,645 @@
+package cell
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/namespace"
+	"github.com/lockcell/lockcell/sequencer"
+	"github.com/lockcell/lockcell/session"
+	"github.com/lockcell/lockcell/transport"
+)
+
+// rpcCall is one client request being served.
+type rpcCall struct {
+	r      *Replica
+	method api.Method
+	caller namespace.Caller
+	m      *master // set by needSession
+}
+
+// handler serves one method: it decodes the request body itself (through
+// the generic adapter below) and returns the response or an error.
+type handler func(ctx context.Context, c *rpcCall, f transport.Frame) (any, error)
+
+// with adapts a typed handler function to handler, decoding the request.
+func with[Req any](fn func(ctx context.Context, c *rpcCall, req *Req) (any, error)) handler {
+	return func(ctx context.Context, c *rpcCall, f transport.Frame) (any, error) {
+		req := new(Req)
+		if err := f.Decode(req); err != nil {
+			return nil, errInvalid("malformed " + c.method.String() + " request: " + err.Error())
+		}
+		return fn(ctx, c, req)
+	}
+}
+
+var handlers map[api.Method]handler
+
+func init() {
+	handlers = map[api.Method]handler{
+		api.MethodCreateSession:      with(handleCreateSession),
+		api.MethodKeepAlive:          with(handleKeepAlive),
+		api.MethodCloseSession:       with(handleCloseSession),
+		api.MethodOpen:               with(handleOpen),
+		api.MethodClose:              with(handleClose),
+		api.MethodGetContentsAndStat: with(handleGetContents),
+		api.MethodGetStat:            with(handleGetStat),
+		api.MethodReadDir:            with(handleReadDir),
+		api.MethodSetContents:        with(handleSetContents),
+		api.MethodDelete:             with(handleDelete),
+		api.MethodSetACL:             with(handleSetACL),
+		api.MethodAcquire:            with(handleAcquire),
+		api.MethodRelease:            with(handleRelease),
+		api.MethodGetSequencer:       with(handleGetSequencer),
+		api.MethodCheckSequencer:     with(handleCheckSequencer),
+		api.MethodCreateTenant:       with(handleCreateTenant),
+		api.MethodUpdateTenant:       with(handleUpdateTenant),
+		api.MethodListTenants:        with(handleListTenants),
+		api.MethodListSessions:       with(handleListSessions),
+		api.MethodListLocks:          with(handleListLocks),
+		api.MethodCellStatus:         with(handleCellStatus),
+		api.MethodStepDown:           with(handleStepDown),
+	}
+}
+
+// serveStream serves one client stream: one request frame, one reply frame.
+func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
+	f, err := s.ReadFrame(ctx)
+	if err != nil {
+		return // the transport already reset a bad stream
+	}
+	method := api.Method(f.Tag)
+	id := s.Identity()
+	c := &rpcCall{r: r, method: method, caller: callerOf(id)}
+	start := time.Now()
+	var resp any
+	h, ok := handlers[method]
+	switch {
+	case !ok:
+		err = errInvalid("unknown method " + method.String())
+	case c.caller.Principal == "" && method != api.MethodCellStatus:
+		err = apiErr(api.Unauthenticated, "no credentials: present a client certificate issued by the cell CA")
+	default:
+		resp, err = h(ctx, c, f)
+	}
+	r.metrics.observeRPC(c.caller.Tenant, method, err, time.Since(start))
+	if err != nil {
+		_ = s.WriteFrame(ctx, api.ReplyError, toAPIError(err))
+		return
+	}
+	_ = s.WriteFrame(ctx, api.ReplyOK, resp)
+}
+
+// callerOf maps a verified certificate identity to the namespace caller:
+// AdminTenant/P is the tenant-less principal P.
+func callerOf(id transport.Identity) namespace.Caller {
+	if id.Tenant == AdminTenant {
+		return namespace.Caller{Principal: id.Principal}
+	}
+	return namespace.Caller{Tenant: id.Tenant, Principal: id.Principal}
+}
+
+// CreateTenant creates a tenant as the cell administrator, through Paxos
+// (for operators' tooling and the dev cell). It fails with NotMaster on a
+// replica that is not master.
+func (r *Replica) CreateTenant(ctx context.Context, name string, quota api.TenantQuota) (api.TenantInfo, error) {
+	if r.serving() == nil {
+		return api.TenantInfo{}, r.notMaster()
+	}
+	reply, err := result(r.propose(ctx, r.admin(), &namespace.CreateTenant{Name: name, Quota: quota}))
+	if err != nil {
+		return api.TenantInfo{}, err
+	}
+	return reply.(*namespace.TenantReply).Tenant, nil
+}
+
+// admin is the caller the cell itself uses for its own commands.
+func (r *Replica) admin() namespace.Caller {
+	return namespace.Caller{Principal: r.cfg.AdminPrincipal}
+}
+
+func (c *rpcCall) isAdmin() bool {
+	return c.caller.Tenant == "" && c.caller.Principal == c.r.cfg.AdminPrincipal
+}
+
+// needMaster returns the master role if this replica serves now.
+func (c *rpcCall) needMaster() (*master, error) {
+	m := c.r.serving()
+	if m == nil {
+		return nil, c.r.notMaster()
+	}
+	c.m = m
+	return m, nil
+}
+
+// needSession checks that this replica is master, that the request names
+// the current epoch, and that the session is live and the caller's.
+func (c *rpcCall) needSession(h api.Header) (*master, error) {
+	m, err := c.needMaster()
+	if err != nil {
+		return nil, err
+	}
+	if h.Epoch != m.epoch {
+		return nil, &api.Error{Code: api.Failover, Msg: "the master changed; re-establish the session (KeepAlive) and retry"}
+	}
+	owner, ok := m.owner(h.Session)
+	if !ok {
+		return nil, apiErr(api.SessionExpired, "no such session")
+	}
+	if owner != c.caller {
+		return nil, apiErr(api.PermissionDenied, "the session belongs to another principal")
+	}
+	if _, err := m.sessions.Lease(session.ID(h.Session)); err != nil {
+		return nil, c.r.sessionError(err)
+	}
+	return m, nil
+}
+
+// needHandle checks the session and that the handle is the session's.
+func (c *rpcCall) needHandle(h api.Header, hd api.Handle) (*master, error) {
+	m, err := c.needSession(h)
+	if err != nil {
+		return nil, err
+	}
+	if hd.Session != h.Session || hd.Path == "" || hd.Instance == 0 {
+		return nil, errInvalid("the handle does not belong to this session")
+	}
+	// Re-establish the handle's subscription on first use after a
+	// fail-over (Chubby §2.9).
+	m.subscribe(h.Session, hd.Path, hd.Events)
+	return m, nil
+}
+
+// checkInstance fails if the node was deleted or re-created since the
+// handle was opened.
+func checkInstance(hd api.Handle, st api.NodeStat) error {
+	if st.Instance != hd.Instance {
+		return apiErr(api.NotFound, "the handle is invalid: its node was deleted or re-created")
+	}
+	return nil
+}
+
+// result unwraps a command's result.
+func result(res namespace.Result, err error) (namespace.Reply, error) {
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return res.Reply, nil
+}
+
+func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSessionRequest) (any, error) {
+	m, err := c.needMaster()
+	if err != nil {
+		return nil, err
+	}
+	if req.Token != "" {
+		return nil, apiErr(api.Unauthenticated, "token credentials are not accepted by this cell; present a client certificate")
+	}
+	reply, err := result(c.r.propose(ctx, c.caller, &namespace.CreateSession{}))
+	if err != nil {
+		return nil, err
+	}
+	sc := reply.(*namespace.SessionCreated)
+	lease, err := m.sessions.Lease(session.ID(sc.Session))
+	if err != nil {
+		return nil, c.r.sessionError(err)
+	}
+	return &api.CreateSessionResponse{Session: sc.Session, Epoch: m.epoch, LeaseTimeout: int64(lease), Principal: c.caller.Principal, Tenant: c.caller.Tenant}, nil
+}
+
+func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (any, error) {
+	m, err := c.needMaster()
+	if err != nil {
+		return nil, err
+	}
+	// KeepAlive is how a client learns a new epoch, so any epoch is welcome.
+	owner, ok := m.owner(req.Session)
+	if !ok {
+		return nil, apiErr(api.SessionExpired, "no such session")
+	}
+	if owner != c.caller {
+		return nil, apiErr(api.PermissionDenied, "the session belongs to another principal")
+	}
+	ack := req.Ack
+	if req.Epoch != m.epoch {
+		ack = 0 // sequence numbers restart with each master
+	}
+	c.r.metrics.keepalives.Inc()
+	reply, err := m.sessions.KeepAlive(ctx, session.ID(req.Session), ack)
+	if err != nil {
+		return nil, c.r.sessionError(err)
+	}
+	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Epoch: reply.Epoch, Events: reply.Events}, nil
+}
+
+func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRequest) (any, error) {
+	if _, err := c.needSession(req.Header); err != nil {
+		return nil, err
+	}
+	if _, err := result(c.r.propose(ctx, c.caller, &namespace.CloseSession{Session: req.Session})); err != nil {
+		return nil, err
+	}
+	return &api.Empty{}, nil
+}
+
+func handleOpen(ctx context.Context, c *rpcCall, req *api.OpenRequest) (any, error) {
+	m, err := c.needSession(req.Header)
+	if err != nil {
+		return nil, err
+	}
+	resp := &api.OpenResponse{}
+	// Opening an existing node is a read; only a creation goes through
+	// Paxos.
+	st, err := c.r.ns.Stat(c.caller, req.Path)
+	switch {
+	case err == nil && !req.MustCreate:
+		resp.Stat = st
+	case err == nil || errors.Is(err, api.ErrNotFound) && (req.Create || req.MustCreate):
+		op := &namespace.OpenNode{Session: req.Session, Path: req.Path, Create: true, Exclusive: req.MustCreate,
+			Dir: req.Dir, Ephemeral: req.Ephemeral, Contents: req.Contents, ACL: req.ACL, LockDelay: req.LockDelay}
+		reply, err := result(c.r.propose(ctx, c.caller, op))
+		if err != nil {
+			return nil, err
+		}
+		o := reply.(*namespace.Opened)
+		resp.Stat, resp.Created = o.Stat, o.Created
+	default:
+		return nil, err
+	}
+	resp.Handle = api.Handle{Session: req.Session, Path: req.Path, Instance: resp.Stat.Instance, Events: req.Events, Cache: req.Cache}
+	m.subscribe(req.Session, req.Path, req.Events)
+	return resp, nil
+}
+
+func handleClose(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
+	m, err := c.needSession(req.Header)
+	if err != nil {
+		return nil, err
+	}
+	m.unsubscribe(req.Session, req.Handle.Path)
+	return &api.Empty{}, nil
+}
+
+// cacheable registers a Cache handle's session as caching the node, before
+// the read, and reports whether the answer may be cached.
+func (c *rpcCall) cacheable(m *master, h api.Header, hd api.Handle) bool {
+	return hd.Cache && m.registerCacher(h.Session, hd.Path)
+}
+
+func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
+	m, err := c.needHandle(req.Header, req.Handle)
+	if err != nil {
+		return nil, err
+	}
+	cacheable := c.cacheable(m, req.Header, req.Handle)
+	data, st, err := c.r.ns.GetContentsAndStat(c.caller, req.Handle.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkInstance(req.Handle, st); err != nil {
+		return nil, err
+	}
+	return &api.ContentsResponse{Contents: data, Stat: st, Cacheable: cacheable}, nil
+}
+
+func handleGetStat(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
+	m, err := c.needHandle(req.Header, req.Handle)
+	if err != nil {
+		return nil, err
+	}
+	cacheable := c.cacheable(m, req.Header, req.Handle)
+	st, err := c.r.ns.Stat(c.caller, req.Handle.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkInstance(req.Handle, st); err != nil {
+		return nil, err
+	}
+	return &api.StatResponse{Stat: st, Cacheable: cacheable}, nil
+}
+
+func handleReadDir(ctx context.Context, c *rpcCall, req *api.ReadDirRequest) (any, error) {
+	if _, err := c.needHandle(req.Header, req.Handle); err != nil {
+		return nil, err
+	}
+	page, err := c.r.ns.ReadDir(c.caller, req.Handle.Path, req.After, req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return &api.ReadDirResponse{Entries: page.Entries, Next: page.Next}, nil
+}
+
+// currentStat checks that the handle's node still exists in its instance.
+func (c *rpcCall) currentStat(hd api.Handle) (api.NodeStat, error) {
+	st, err := c.r.ns.Stat(c.caller, hd.Path)
+	if err != nil {
+		return st, err
+	}
+	return st, checkInstance(hd, st)
+}
+
+func handleSetContents(ctx context.Context, c *rpcCall, req *api.SetContentsRequest) (any, error) {
+	m, err := c.needHandle(req.Header, req.Handle)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.currentStat(req.Handle); err != nil {
+		return nil, err
+	}
+	end, err := m.invalidate(ctx, req.Handle.Path, api.EventContentsModified)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	reply, err := result(c.r.propose(ctx, c.caller, &namespace.SetContents{Session: req.Session, Path: req.Handle.Path, Contents: req.Contents, IfGeneration: req.IfGeneration}))
+	if err != nil {
+		return nil, err
+	}
+	return &api.StatResponse{Stat: reply.(*namespace.Written).Stat}, nil
+}
+
+func handleDelete(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
+	m, err := c.needHandle(req.Header, req.Handle)
+	if err != nil {
+		return nil, err
+	}
+	end, err := m.invalidate(ctx, req.Handle.Path, api.EventHandleInvalid)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	if _, err := result(c.r.propose(ctx, c.caller, &namespace.Delete{Session: req.Session, Path: req.Handle.Path, IfInstance: req.Handle.Instance})); err != nil {
+		return nil, err
+	}
+	return &api.Empty{}, nil
+}
+
+func handleSetACL(ctx context.Context, c *rpcCall, req *api.SetACLRequest) (any, error) {
+	m, err := c.needHandle(req.Header, req.Handle)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.currentStat(req.Handle); err != nil {
+		return nil, err
+	}
+	end, err := m.invalidate(ctx, req.Handle.Path, api.EventContentsModified)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	reply, err := result(c.r.propose(ctx, c.caller, &namespace.SetACL{Session: req.Session, Path: req.Handle.Path, ACL: req.ACL, IfGeneration: req.IfGeneration}))
+	if err != nil {
+		return nil, err
+	}
+	return &api.StatResponse{Stat: reply.(*namespace.ACLSet).Stat}, nil
+}
+
+func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (any, error) {
+	m, err := c.needHandle(req.Header, req.Handle)
+	if err != nil {
+		return nil, err
+	}
+	if req.Mode != api.LockExclusive && req.Mode != api.LockShared {
+		return nil, errInvalid("lock mode must be exclusive or shared")
+	}
+	if _, err := c.currentStat(req.Handle); err != nil {
+		return nil, err
+	}
+	path := req.Handle.Path
+	if !req.Wait {
+		if m.queued(path) {
+			// Waiters are served in order; a try never overtakes them.
+			return nil, apiErr(api.Locked, "the lock is held and others are waiting for it")
+		}
+		reply, err := result(c.r.propose(ctx, c.caller, &namespace.Acquire{Session: req.Session, Path: path, Mode: req.Mode}))
+		if err != nil {
+			if errors.Is(err, api.ErrLocked) {
+				m.mu.Lock()
+				m.notifyConflict(path)
+				m.mu.Unlock()
+			}
+			return nil, err
+		}
+		return c.r.sequencerResponse(reply.(*namespace.Granted))
+	}
+	w := &lockWaiter{caller: c.caller, session: req.Session, mode: req.Mode, result: make(chan waitResult, 1), gone: make(chan struct{})}
+	m.enqueue(path, w)
+	select {
+	case out := <-w.result:
+		if out.err != nil {
+			return nil, out.err
+		}
+		return c.r.sequencerResponse(out.granted)
+	case <-ctx.Done():
+		close(w.gone)
+		m.cancelWaiter(path, w)
+		// A grant that raced with the cancellation is released by the
+		// master (see headOutcome); one already delivered is ours to give
+		// back here.
+		select {
+		case out := <-w.result:
+			if out.granted != nil {
+				c.r.proposeAsync(c.caller, &namespace.Release{Session: req.Session, Path: path, Generation: out.granted.Generation}, func(namespace.Result, error) {})
+			}
+		default:
+		}
+		return nil, ctxError(ctx)
+	case <-m.ctx.Done():
+		return nil, c.r.notMaster()
+	}
+}
+
+// sequencerResponse builds the signed sequencer of a grant.
+func (r *Replica) sequencerResponse(g *namespace.Granted) (*api.SequencerResponse, error) {
+	seq := sequencer.Sequencer{Cell: r.cfg.Cell, Tenant: g.Tenant, Path: g.Path, Mode: sequencer.Mode(g.Mode), Generation: g.Generation, Instance: g.Instance}
+	seq, err := seq.Sign(r.cfg.SigningKey)
+	if err != nil {
+		return nil, apiErr(api.Internal, "signing sequencer: "+err.Error())
+	}
+	b, err := seq.Marshal()
+	if err != nil {
+		return nil, apiErr(api.Internal, "encoding sequencer: "+err.Error())
+	}
+	return &api.SequencerResponse{Sequencer: b, Generation: g.Generation, Mode: g.Mode}, nil
+}
+
+func handleRelease(ctx context.Context, c *rpcCall, req *api.ReleaseRequest) (any, error) {
+	if _, err := c.needHandle(req.Header, req.Handle); err != nil {
+		return nil, err
+	}
+	if _, err := result(c.r.propose(ctx, c.caller, &namespace.Release{Session: req.Session, Path: req.Handle.Path, Generation: req.Generation})); err != nil {
+		return nil, err
+	}
+	return &api.Empty{}, nil
+}
+
+func handleGetSequencer(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
+	if _, err := c.needHandle(req.Header, req.Handle); err != nil {
+		return nil, err
+	}
+	st, err := c.currentStat(req.Handle)
+	if err != nil {
+		return nil, err
+	}
+	locks, err := c.r.ns.ListLocks(c.r.admin(), tenantOf(req.Handle.Path))
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range locks {
+		if l.Path != req.Handle.Path || l.Instance != st.Instance {
+			continue
+		}
+		for _, h := range l.Holders {
+			if h == req.Session {
+				return c.r.sequencerResponse(&namespace.Granted{Tenant: tenantOf(l.Path), Path: l.Path, Mode: l.Mode, Generation: l.Generation, Instance: l.Instance})
+			}
+		}
+	}
+	return nil, apiErr(api.FailedPrecondition, "this session does not hold the lock")
+}
+
+func handleCheckSequencer(ctx context.Context, c *rpcCall, req *api.CheckSequencerRequest) (any, error) {
+	if _, err := c.needSession(req.Header); err != nil {
+		return nil, err
+	}
+	seq, err := sequencer.Parse(req.Sequencer)
+	if err != nil {
+		return nil, errInvalid(err.Error())
+	}
+	if seq.Cell != c.r.cfg.Cell {
+		return &api.CheckSequencerResponse{Reason: "the sequencer was granted by another cell"}, nil
+	}
+	if !seq.Verify(c.r.cfg.SigningKey.Public().(ed25519.PublicKey)) {
+		return &api.CheckSequencerResponse{Reason: "the sequencer's signature does not verify"}, nil
+	}
+	ok, err := c.r.ns.CheckSequencer(c.caller, seq)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return &api.CheckSequencerResponse{Reason: "the lock is no longer held at this generation"}, nil
+	}
+	return &api.CheckSequencerResponse{Valid: true}, nil
+}
+
+func handleCreateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest) (any, error) {
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	if req.Name == AdminTenant {
+		return nil, errInvalid("the tenant name " + AdminTenant + " is reserved for cell administrators")
+	}
+	reply, err := result(c.r.propose(ctx, c.caller, &namespace.CreateTenant{Name: req.Name, Quota: req.Quota, ACL: req.ACL}))
+	if err != nil {
+		return nil, err
+	}
+	return &api.TenantResponse{Tenant: reply.(*namespace.TenantReply).Tenant}, nil
+}
+
+func handleUpdateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest) (any, error) {
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	reply, err := result(c.r.propose(ctx, c.caller, &namespace.UpdateTenant{Name: req.Name, Quota: req.Quota}))
+	if err != nil {
+		return nil, err
+	}
+	return &api.TenantResponse{Tenant: reply.(*namespace.TenantReply).Tenant}, nil
+}
+
+func handleListTenants(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	ts, err := c.r.ns.ListTenants(c.caller)
+	if err != nil {
+		return nil, err
+	}
+	return &api.ListTenantsResponse{Tenants: ts}, nil
+}
+
+func handleListSessions(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	ss, err := c.r.ns.ListSessions(c.caller, c.listTenant(req))
+	if err != nil {
+		return nil, err
+	}
+	return &api.ListSessionsResponse{Sessions: ss}, nil
+}
+
+func handleListLocks(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	ls, err := c.r.ns.ListLocks(c.caller, c.listTenant(req))
+	if err != nil {
+		return nil, err
+	}
+	return &api.ListLocksResponse{Locks: ls}, nil
+}
+
+// listTenant defaults a listing to the caller's own tenant.
+func (c *rpcCall) listTenant(req *api.ListRequest) string {
+	if req.Tenant == "" {
+		return c.caller.Tenant
+	}
+	return req.Tenant
+}
+
+func handleCellStatus(ctx context.Context, c *rpcCall, req *api.CellStatusRequest) (any, error) {
+	return c.r.cellStatus(), nil
+}
+
+func (r *Replica) cellStatus() *api.CellStatusResponse {
+	st := r.Status()
+	resp := &api.CellStatusResponse{
+		Cell: r.cfg.Cell, Replica: r.cfg.ID, Master: st.Leader, Epoch: st.Epoch,
+		Chosen: st.Chosen, Applied: st.Applied, Checksum: st.Checksum,
+		PublicKey: r.cfg.SigningKey.Public().(ed25519.PublicKey),
+	}
+	if !st.IsLeader && st.Leader == r.cfg.ID {
+		resp.Master = 0
+	}
+	for _, id := range r.cfg.replicaIDs() {
+		rs := api.ReplicaStatus{ID: id, Addr: r.cfg.Replicas[id], Master: id == st.Leader && st.Leader != 0}
+		if id == r.cfg.ID {
+			rs.Chosen, rs.Applied = st.Chosen, st.Applied
+		}
+		resp.Replicas = append(resp.Replicas, rs)
+	}
+	return resp
+}
+
+func handleStepDown(ctx context.Context, c *rpcCall, req *api.StepDownRequest) (any, error) {
+	if !c.isAdmin() {
+		return nil, apiErr(api.PermissionDenied, "only the cell administrator may ask the master to step down")
+	}
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	if err := c.r.StepDown(ctx, req.Next); err != nil {
+		return nil, apiErr(api.FailedPrecondition, "step-down: "+err.Error())
+	}
+	return &api.Empty{}, nil
+}
+
+// tenantOf returns the tenant of an absolute path "/<tenant>/...".
+func tenantOf(path string) string {
+	if len(path) < 2 || path[0] != '/' {
+		return ""
+	}
+	for i := 1; i < len(path); i++ {
+		if path[i] == '/' {
+			return path[1:i]
+		}
+	}
+	return path[1:]
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/internal/certs"
+)
+
+// fileConfig is the JSON config of one replica (`lockcelld serve
+// --config`). Paths are relative to the config file's directory unless
+// absolute. Durations are Go durations ("12s"); empty means the default.
+type fileConfig struct {
+	ID       uint64            `json:"id"`
+	Cell     string            `json:"cell"`
+	Replicas map[string]string `json:"replicas"` // id → host:port
+	DataDir  string            `json:"data_dir"`
+	CAFile   string            `json:"ca_file"`
+	CertFile string            `json:"cert_file"`
+	KeyFile  string            `json:"key_file"`
+	// SigningKeyFile holds the cell's Ed25519 sequencer-signing key (PKCS#8
+	// PEM), the same file on every replica.
+	SigningKeyFile string `json:"signing_key_file"`
+	HTTPAddr       string `json:"http_addr,omitempty"`
+	Tick           string `json:"tick,omitempty"`
+	LeaseTicks     int    `json:"lease_ticks,omitempty"`
+	HeartbeatTicks int    `json:"heartbeat_ticks,omitempty"`
+	ElectionTicks  int    `json:"election_ticks,omitempty"`
+	DriftPPM       uint32 `json:"drift_ppm,omitempty"`
+	SessionLease   string `json:"session_lease,omitempty"`
+	SnapshotEvery  uint64 `json:"snapshot_every,omitempty"`
+	// FaultInjection serves /debug/faults on the HTTP listener (test cells
+	// only: it lets anyone who reaches that listener partition the cell).
+	FaultInjection bool `json:"fault_injection,omitempty"`
+	// ClockScale skews this replica's tick rate (tests only).
+	ClockScale float64 `json:"clock_scale,omitempty"`
+	// SyncDelay delays every fsync of the Paxos log (tests only).
+	SyncDelay string `json:"sync_delay,omitempty"`
+}
+
+func readFileConfig(file string) (*fileConfig, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var fc fileConfig
+	if err := dec.Decode(&fc); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return &fc, nil
+}
+
+func duration(name, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return d, nil
+}
+
+// replicaConfig turns the file config into a cell.Config.
+func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config, error) {
+	base := filepath.Dir(file)
+	rel := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(base, p)
+	}
+	cfg := cell.Config{
+		ID: fc.ID, Cell: fc.Cell, DataDir: rel(fc.DataDir), HTTPAddr: fc.HTTPAddr,
+		LeaseTicks: fc.LeaseTicks, HeartbeatTicks: fc.HeartbeatTicks, ElectionTicks: fc.ElectionTicks,
+		DriftPPM: fc.DriftPPM, SnapshotEvery: fc.SnapshotEvery, ClockScale: fc.ClockScale, Logger: log,
+		Replicas: map[uint64]string{},
+	}
+	for k, v := range fc.Replicas {
+		id, err := strconv.ParseUint(k, 10, 64)
+		if err != nil {
+			return cfg, fmt.Errorf("replicas: bad id %q", k)
+		}
+		cfg.Replicas[id] = v
+	}
+	var err error
+	if cfg.Tick, err = duration("tick", fc.Tick); err != nil {
+		return cfg, err
+	}
+	if cfg.SessionLease, err = duration("session_lease", fc.SessionLease); err != nil {
+		return cfg, err
+	}
+	if cfg.SyncDelay, err = duration("sync_delay", fc.SyncDelay); err != nil {
+		return cfg, err
+	}
+	caPEM, err := os.ReadFile(rel(fc.CAFile))
+	if err != nil {
+		return cfg, fmt.Errorf("ca_file: %w", err)
+	}
+	if cfg.CA, err = certs.PoolFromPEM(caPEM); err != nil {
+		return cfg, fmt.Errorf("ca_file: %w", err)
+	}
+	if cfg.Certificate, err = tls.LoadX509KeyPair(rel(fc.CertFile), rel(fc.KeyFile)); err != nil {
+		return cfg, fmt.Errorf("cert_file/key_file: %w", err)
+	}
+	if fc.SigningKeyFile == "" {
+		return cfg, fmt.Errorf("signing_key_file is required")
+	}
+	if _, err := os.Stat(rel(fc.SigningKeyFile)); err != nil {
+		return cfg, fmt.Errorf("signing_key_file: %w", err)
+	}
+	if cfg.SigningKey, err = cell.LoadOrCreateSigningKey(rel(fc.SigningKeyFile)); err != nil {
+		return cfg, err
+	}
+	cfg.FaultInjection = fc.FaultInjection
+	return cfg, nil
+}
+
+// cmdInit writes what a cell of real processes needs: a CA, one
+// certificate and config per replica, the sequencer-signing key, an
+// administrator certificate and a client settings file.
+func cmdInit(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lockcelld init", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "cell", "output directory")
+	name := fs.String("cell", "lockcell", "cell name")
+	addrs := fs.String("replicas", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005", "comma-separated replica addresses; replica i is the i-th")
+	httpBase := fs.Int("http-port", 0, "if set, replica i serves metrics and status on 127.0.0.1:(http-port+i-1)")
+	faults := fs.Bool("fault-injection", false, "enable /debug/faults on the HTTP listeners (test cells only)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if err := initCell(*dir, *name, strings.Split(*addrs, ","), *httpBase, *faults); err != nil {
+		fmt.Fprintln(stderr, "lockcelld init:", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "wrote %s: start each replica with 'lockcelld serve --config %s/replica-N.json'\n", *dir, *dir)
+	return exitOK
+}
+
+func initCell(dir, name string, addrs []string, httpBase int, faults bool) error {
+	if len(addrs) == 0 {
+		return fmt.Errorf("no replica addresses")
+	}
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("replica address %q: %w", a, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "certs"), 0o700); err != nil {
+		return err
+	}
+	ca, err := certs.NewCA(name, certs.Options{})
+	if err != nil {
+		return err
+	}
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		return err
+	}
+	write := func(p string, b []byte) error { return os.WriteFile(filepath.Join(dir, p), b, 0o600) }
+	if err := write("certs/ca.pem", ca.CertPEM()); err != nil {
+		return err
+	}
+	if err := write("certs/ca-key.pem", caKey); err != nil {
+		return err
+	}
+	if _, err := cell.LoadOrCreateSigningKey(filepath.Join(dir, "certs", "signing-key.pem")); err != nil {
+		return err
+	}
+	replicas := map[string]string{}
+	for i, a := range addrs {
+		replicas[strconv.Itoa(i+1)] = a
+	}
+	for i, a := range addrs {
+		id := uint64(i + 1)
+		host, _, _ := net.SplitHostPort(a)
+		opts := certs.Options{}
+		if ip := net.ParseIP(host); ip != nil {
+			opts.IPAddresses = []net.IP{ip}
+		} else {
+			opts.DNSNames = []string{host}
+		}
+		c, err := ca.IssueReplica(id, opts)
+		if err != nil {
+			return err
+		}
+		certPEM, keyPEM, err := certs.EncodeKeyPair(c)
+		if err != nil {
+			return err
+		}
+		n := strconv.FormatUint(id, 10)
+		if err := write("certs/replica-"+n+".pem", certPEM); err != nil {
+			return err
+		}
+		if err := write("certs/replica-"+n+"-key.pem", keyPEM); err != nil {
+			return err
+		}
+		fc := fileConfig{
+			ID: id, Cell: name, Replicas: replicas, DataDir: "data/replica-" + n,
+			CAFile: "certs/ca.pem", CertFile: "certs/replica-" + n + ".pem", KeyFile: "certs/replica-" + n + "-key.pem",
+			SigningKeyFile: "certs/signing-key.pem", FaultInjection: faults,
+		}
+		if httpBase != 0 {
+			fc.HTTPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpBase+i))
+		}
+		b, _ := json.MarshalIndent(fc, "", "  ")
+		if err := write("replica-"+n+".json", append(b, '\n')); err != nil {
+			return err
+		}
+	}
+	admin, err := ca.IssueClient(certs.ClientID{Tenant: cell.AdminTenant, Principal: cell.DefaultAdminPrincipal}, certs.Options{})
+	if err != nil {
+		return err
+	}
+	certPEM, keyPEM, err := certs.EncodeKeyPair(admin)
+	if err != nil {
+		return err
+	}
+	if err := write("certs/admin.pem", certPEM); err != nil {
+		return err
+	}
+	if err := write("certs/admin-key.pem", keyPEM); err != nil {
+		return err
+	}
+	cf := cell.ClientFile{Cell: name, Addrs: addrs, CA: "certs/ca.pem", AdminCert: "certs/admin.pem", AdminKey: "certs/admin-key.pem"}
+	b, _ := json.MarshalIndent(cf, "", "  ")
+	return write("client.json", append(b, '\n'))
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+)
+
+// freePorts returns n free loopback ports of the given network.
+func freePorts(t *testing.T, network string, n int) []int {
+	t.Helper()
+	var ports []int
+	for i := 0; i < n; i++ {
+		switch network {
+		case "udp":
+			pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ports = append(ports, pc.LocalAddr().(*net.UDPAddr).Port)
+			defer pc.Close()
+		default:
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+			defer ln.Close()
+		}
+	}
+	return ports
+}
+
+// TestServeProcesses runs `lockcelld init` and three `lockcelld serve`
+// processes, waits for a master through the status endpoint, then stops
+// the master with SIGTERM (a planned hand-over) and sees another take over.
+func TestServeProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "lockcelld")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	udp := freePorts(t, "udp", 3)
+	httpPorts := freePorts(t, "tcp", 3)
+	var addrs []string
+	for _, p := range udp {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p))
+	}
+	var out bytes.Buffer
+	if code := run([]string{"init", "--dir", dir + "/cell", "--cell", "proc", "--replicas", strings.Join(addrs, ",")}, &out, &out); code != 0 {
+		t.Fatalf("init exited %d: %s", code, out.String())
+	}
+	procs := map[int]*exec.Cmd{}
+	for i := range addrs {
+		cfgFile := filepath.Join(dir, "cell", fmt.Sprintf("replica-%d.json", i+1))
+		// Give each replica an HTTP listener for the test to watch.
+		fc, err := readFileConfig(cfgFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", httpPorts[i])
+		b, _ := json.Marshal(fc)
+		if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "serve", "--config", cfgFile, "--log-level", "warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[i+1] = cmd
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	})
+	status := func(id int) (api.CellStatusResponse, bool) {
+		var st api.CellStatusResponse
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", httpPorts[id-1]))
+		if err != nil {
+			return st, false
+		}
+		defer resp.Body.Close()
+		return st, json.NewDecoder(resp.Body).Decode(&st) == nil
+	}
+	waitMaster := func(not int) int {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			for id := range procs {
+				if st, ok := status(id); ok && st.Master == uint64(id) && id != not {
+					return id
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatal("no master within 30s")
+		return 0
+	}
+	master := waitMaster(0)
+	if err := procs[master].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := procs[master].Wait(); err != nil {
+		t.Fatalf("master exited with %v after SIGTERM", err)
+	}
+	delete(procs, master)
+	next := waitMaster(master)
+	t.Logf("replica %d handed over to replica %d", master, next)
+}
+
+// TestUsage: unknown commands and missing flags are usage errors.
+func TestUsage(t *testing.T) {
+	var out bytes.Buffer
+	for _, args := range [][]string{{}, {"bogus"}, {"serve"}} {
+		out.Reset()
+		if code := run(args, &out, &out); code != exitUsage {
+			t.Errorf("lockcelld %v exited %d, want %d (%s)", args, code, exitUsage, out.String())
+		}
+	}
+	if code := run([]string{"serve", "--config", "/nonexistent.json"}, &out, &out); code != exitError {
+		t.Errorf("serve with a missing config exited %d, want %d", code, exitError)
+	}
+}
