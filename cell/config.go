@@ -71,8 +71,15 @@ type Config struct {
 	DriftPPM uint32
 	// MaxBatch bounds the commands per Paxos slot; see paxos.Config.
 	MaxBatch int
+	// MaxInflight bounds the Paxos slots in flight; see paxos.Config.
+	MaxInflight int
 	// SessionLease is the session lease. If zero, DefaultSessionLease.
 	SessionLease time.Duration
+	// MaxSessionLease is the longest session lease a master may grant when
+	// it lengthens leases under load (Chubby §3). A new master extends every
+	// session to it at fail-over, so every replica must use the same value.
+	// If zero, SessionLease (no load extension).
+	MaxSessionLease time.Duration
 	// SnapshotEvery is the number of applied slots between snapshots. If
 	// zero, DefaultSnapshotEvery.
 	SnapshotEvery uint64
@@ -102,6 +109,9 @@ func (c Config) populate() Config {
 	}
 	if c.SessionLease == 0 {
 		c.SessionLease = DefaultSessionLease
+	}
+	if c.MaxSessionLease == 0 {
+		c.MaxSessionLease = c.SessionLease
 	}
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = DefaultSnapshotEvery
@@ -146,6 +156,8 @@ func (c Config) validate() error {
 		return bad("ClockScale %v is outside [0.5, 2]", c.ClockScale)
 	case c.SessionLease < time.Second:
 		return bad("SessionLease %v is below 1s", c.SessionLease)
+	case c.MaxSessionLease < c.SessionLease:
+		return bad("MaxSessionLease %v is shorter than SessionLease %v", c.MaxSessionLease, c.SessionLease)
 	}
 	for id, addr := range c.Replicas {
 		if id == 0 || addr == "" {

@@ -45,7 +45,7 @@ type master struct {
 }
 
 func newMaster(r *Replica, epoch uint64) (*master, error) {
-	mgr, err := session.New(session.Config{Lease: r.cfg.SessionLease, Epoch: epoch, Logger: r.log})
+	mgr, err := session.New(r.sessionConfig(epoch))
 	if err != nil {
 		return nil, err
 	}
@@ -82,6 +82,10 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	}
 	m.wg.Add(1)
 	go m.expireLoop()
+	if r.cfg.MaxSessionLease > r.cfg.SessionLease {
+		m.wg.Add(1)
+		go m.loadLoop()
+	}
 	return m, nil
 }
 

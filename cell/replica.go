@@ -134,6 +134,7 @@ func (r *Replica) open(ctx context.Context) error {
 		ElectionTicks:  r.cfg.ElectionTicks,
 		DriftPPM:       r.cfg.DriftPPM,
 		MaxBatch:       r.cfg.MaxBatch,
+		MaxInflight:    r.cfg.MaxInflight,
 		Seed:           uint64(time.Now().UnixNano()) ^ r.cfg.ID<<32,
 		Storage:        r.logdb,
 		Applied:        paxos.Slot(r.ns.AppliedSlot()),
@@ -380,11 +381,19 @@ func (r *Replica) proposeNow(p *proposal) {
 }
 
 // processReady carries out the core's Ready batches in the order paxos/doc.go
-// prescribes: persist (fsync) → send → install snapshot → apply → outcomes
-// → Advance.
+// prescribes: send what may go early → persist (fsync) → send the rest →
+// install snapshot → apply → outcomes → Advance.
 func (r *Replica) processReady() error {
 	for r.node.HasReady() {
 		rd := r.node.Ready()
+		// Messages that depend on nothing this Ready persists (a leader's
+		// Accepts, chosen values) leave first, so that the leader's own
+		// fsync overlaps its followers' (see paxos.Message.DependsOnPersist).
+		for _, m := range rd.Messages {
+			if !m.DependsOnPersist() {
+				r.send(m)
+			}
+		}
 		if !rd.HardState.IsEmpty() || len(rd.Entries) > 0 {
 			t0 := time.Now()
 			if rd.MustSync && r.cfg.SyncDelay > 0 {
@@ -398,8 +407,8 @@ func (r *Replica) processReady() error {
 			}
 		}
 		for _, m := range rd.Messages {
-			if err := r.ep.Send(uint64(m.To), tagPaxos, m); err != nil {
-				r.log.Debug("send", "to", m.To, "err", err)
+			if m.DependsOnPersist() {
+				r.send(m)
 			}
 		}
 		if !rd.Snapshot.IsEmpty() {
@@ -424,6 +433,12 @@ func (r *Replica) processReady() error {
 		r.node.Advance(rd)
 	}
 	return r.maybeSnapshot()
+}
+
+func (r *Replica) send(m paxos.Message) {
+	if err := r.ep.Send(uint64(m.To), tagPaxos, m); err != nil {
+		r.log.Debug("send", "to", m.To, "err", err)
+	}
 }
 
 func (r *Replica) installSnapshot(snap paxos.Snapshot) error {

@@ -47,7 +47,9 @@
 //     on. This is invariant 2: a promise or an accepted value is on stable
 //     storage before any message that depends on it leaves the replica.
 //  2. Only then send rd.Messages (in any order; they may be lost, delayed,
-//     duplicated or reordered: the protocol copes).
+//     duplicated or reordered: the protocol copes). Messages for which
+//     Message.DependsOnPersist is false may be sent before step 1, so
+//     that a leader's own fsync overlaps its followers'.
 //  3. If rd.Snapshot is not zero, install it: Saver.SaveSnapshot and restore
 //     the application's state from it.
 //  4. Apply rd.Chosen to the application, strictly in order.

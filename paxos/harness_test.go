@@ -62,10 +62,16 @@ type replica struct {
 	up    bool
 
 	// Hooks for checkers (optional).
-	onSave     func(r *replica, hs HardState, ents []Entry)
-	onApply    func(r *replica, e Entry)
-	onSnapshot func(r *replica, s Snapshot)
-	onOutcome  func(r *replica, o Outcome)
+	onSave func(r *replica, hs HardState, ents []Entry)
+	// earlySend sends the messages that do not depend on persistence
+	// before persisting, as the cell does; crashMidReady, if it returns
+	// true, crashes the replica right after that early send, before the
+	// Ready is persisted.
+	earlySend     bool
+	crashMidReady func() bool
+	onApply       func(r *replica, e Entry)
+	onSnapshot    func(r *replica, s Snapshot)
+	onOutcome     func(r *replica, o Outcome)
 
 	soft     SoftState
 	outcomes []Outcome
@@ -118,6 +124,21 @@ func (r *replica) handleReady(tb testing.TB) []Message {
 		}
 		rd := r.node.Ready()
 		r.readies++
+		late := rd.Messages
+		if r.earlySend {
+			late = nil
+			for _, m := range rd.Messages {
+				if m.DependsOnPersist() {
+					late = append(late, m)
+				} else {
+					out = append(out, m)
+				}
+			}
+			if r.crashMidReady != nil && r.crashMidReady() {
+				r.crash()
+				return out
+			}
+		}
 		if err := r.store.Save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
 			tb.Fatal(err)
 		}
@@ -151,7 +172,7 @@ func (r *replica) handleReady(tb testing.TB) []Message {
 				r.onOutcome(r, o)
 			}
 		}
-		out = append(out, rd.Messages...)
+		out = append(out, late...)
 		r.node.Advance(rd)
 	}
 	return out

@@ -47,6 +47,32 @@ const (
 	msgTypeEnd // one past the last type
 )
 
+// DependsOnPersist reports whether m may leave the replica only once the
+// HardState and Entries of the Ready that carries it are durable. It is
+// false for the messages whose correctness rests on nothing this Ready
+// persists, which the caller may send BEFORE persisting (so that, for
+// example, a leader's fsync of its own accept overlaps the followers'):
+//
+//   - MsgAccept: the leader's ballot was made durable (as its own promise)
+//     before its Prepare left, so it is never reused after a crash; the
+//     leader counts its own acceptance only after Advance, once it is
+//     durable; and its lease is counted from the tick the Accept was made,
+//     which is no later than when it leaves.
+//   - MsgLearn, MsgLearnReq, MsgSnapshot: chosen values are facts, not
+//     promises; a request for them promises nothing.
+//   - MsgRelease, MsgTimeoutNow: the leader already stopped acting as
+//     master in memory when it made them.
+//
+// Prepare (its ballot is this Ready's promise), Promise, Accepted and Reject
+// (an acceptor's answers) depend on persistence: invariant 2.
+func (m Message) DependsOnPersist() bool {
+	switch m.Type {
+	case MsgAccept, MsgLearn, MsgLearnReq, MsgSnapshot, MsgRelease, MsgTimeoutNow:
+		return false
+	}
+	return true
+}
+
 var msgTypeNames = [...]string{
 	MsgPrepare: "Prepare", MsgPromise: "Promise", MsgAccept: "Accept", MsgAccepted: "Accepted",
 	MsgReject: "Reject", MsgLearnReq: "LearnReq", MsgLearn: "Learn", MsgSnapshot: "Snapshot",

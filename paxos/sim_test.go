@@ -43,6 +43,10 @@ type simParams struct {
 	proposeGap              int64 // mean gap between client proposals, microseconds
 	maxInflight, maxBatch   int
 	leaderIsolationHeavy    bool
+	// earlySend sends messages that do not depend on persistence before
+	// persisting (as the cell does); with crashes, a replica sometimes
+	// crashes between that early send and the persist.
+	earlySend bool
 }
 
 func paramsForSeed(seed int64) simParams {
@@ -79,6 +83,7 @@ func paramsForSeed(seed int64) simParams {
 	// Within the bound: periods spread over at most (1+d).
 	p.actualDrift = float64(p.driftPPM) / 1e6
 	p.leaderIsolationHeavy = rng.IntN(3) == 0
+	p.earlySend = rng.IntN(2) == 0
 	return p
 }
 
@@ -190,6 +195,8 @@ func newSim(tb testing.TB, seed int64, p simParams) *sim {
 		r.onApply = s.onApply
 		r.onSnapshot = s.onSnapshot
 		r.onOutcome = s.onOutcome
+		r.earlySend = p.earlySend
+		r.crashMidReady = func() bool { return p.crashes && !s.healed && s.rng.IntN(100) == 0 }
 		s.reps = append(s.reps, r)
 		// Tick periods spread within [P, P*(1+actualDrift)].
 		s.period = append(s.period, int64(float64(simTickMicros)*(1+s.rng.Float64()*p.actualDrift)))
@@ -314,6 +321,10 @@ func (s *sim) flush(i int) {
 	}
 	for _, m := range r.handleReady(s.tb) {
 		s.send(m)
+	}
+	if !r.up { // crashed between its early send and its persist
+		s.push(&simEvent{at: s.now + simTickMicros*int64(1+s.rng.IntN(40)), kind: evRestart, rep: i})
+		return
 	}
 	if s.p.compactEvery > 0 && r.app.applied >= r.node.compacted+Slot(s.p.compactEvery) {
 		r.compact(s.tb)

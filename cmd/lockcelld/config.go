@@ -40,7 +40,10 @@ type fileConfig struct {
 	ElectionTicks  int    `json:"election_ticks,omitempty"`
 	DriftPPM       uint32 `json:"drift_ppm,omitempty"`
 	SessionLease   string `json:"session_lease,omitempty"`
-	SnapshotEvery  uint64 `json:"snapshot_every,omitempty"`
+	// MaxSessionLease is the longest lease a master under load may grant
+	// (the same on every replica); empty means session_lease.
+	MaxSessionLease string `json:"max_session_lease,omitempty"`
+	SnapshotEvery   uint64 `json:"snapshot_every,omitempty"`
 	// FaultInjection serves /debug/faults on the HTTP listener (test cells
 	// only: it lets anyone who reaches that listener partition the cell).
 	FaultInjection bool `json:"fault_injection,omitempty"`
@@ -102,6 +105,9 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 		return cfg, err
 	}
 	if cfg.SessionLease, err = duration("session_lease", fc.SessionLease); err != nil {
+		return cfg, err
+	}
+	if cfg.MaxSessionLease, err = duration("max_session_lease", fc.MaxSessionLease); err != nil {
 		return cfg, err
 	}
 	if cfg.SyncDelay, err = duration("sync_delay", fc.SyncDelay); err != nil {

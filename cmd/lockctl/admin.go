@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/certs"
+)
+
+func cmdSessions(e *env, args []string) int {
+	fs := e.flags("sessions", "[--tenant T]", "Lists the open sessions of your tenant (administrators: of --tenant).")
+	tenant := fs.String("tenant", "", "tenant to list (default: the certificate's own)")
+	if code, stop := e.parse(fs, args, 0, 0); stop {
+		return code
+	}
+	ctx, cancel := e.bounded()
+	defer cancel()
+	c, _, err := e.dial(ctx, false)
+	if err != nil {
+		return e.fail("sessions", err)
+	}
+	defer c.Close()
+	ss, err := c.ListSessions(ctx, *tenant)
+	if err != nil {
+		return e.fail("sessions", err)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tTENANT\tPRINCIPAL\tCREATED")
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.ID, s.Tenant, s.Principal, time.Unix(0, s.Created).UTC().Format(time.RFC3339))
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+func cmdLocks(e *env, args []string) int {
+	fs := e.flags("locks", "[--tenant T]", "Lists the held locks of your tenant (administrators: of --tenant).")
+	tenant := fs.String("tenant", "", "tenant to list (default: the certificate's own)")
+	if code, stop := e.parse(fs, args, 0, 0); stop {
+		return code
+	}
+	ctx, cancel := e.bounded()
+	defer cancel()
+	c, _, err := e.dial(ctx, false)
+	if err != nil {
+		return e.fail("locks", err)
+	}
+	defer c.Close()
+	ls, err := c.ListLocks(ctx, *tenant)
+	if err != nil {
+		return e.fail("locks", err)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tMODE\tGENERATION\tHOLDERS")
+	for _, l := range ls {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", l.Path, l.Mode, l.Generation, l.Holders)
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+func cmdStatus(e *env, args []string) int {
+	fs := e.flags("status", "", "Shows the cell: each replica's role, chosen and applied slot and lag, the master and its epoch.")
+	if code, stop := e.parse(fs, args, 0, 0); stop {
+		return code
+	}
+	ctx, cancel := e.bounded()
+	defer cancel()
+	c, f, err := e.dial(ctx, false)
+	if err != nil {
+		return e.fail("status", err)
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return e.fail("status", err)
+	}
+	masterAddr := ""
+	for _, r := range st.Replicas {
+		if r.ID == st.Master {
+			masterAddr = r.Addr
+		}
+	}
+	fmt.Fprintf(e.stdout, "cell %s: master replica %d (%s), epoch %d, chosen slot %d\n", st.Cell, st.Master, masterAddr, st.Epoch, st.Chosen)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICA\tADDRESS\tROLE\tCHOSEN\tAPPLIED\tLAG")
+	for _, r := range st.Replicas {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		rs, err := c.StatusOf(rctx, r.Addr)
+		rcancel()
+		if err != nil {
+			fmt.Fprintf(tw, "%d\t%s\tunreachable\t-\t-\t-\n", r.ID, r.Addr)
+			continue
+		}
+		role := "follower"
+		if r.ID == st.Master {
+			role = "master"
+		}
+		lag := uint64(0)
+		if st.Chosen > rs.Applied {
+			lag = st.Chosen - rs.Applied
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\n", r.ID, r.Addr, role, rs.Chosen, rs.Applied, lag)
+	}
+	_ = tw.Flush()
+	if f.PublicKey != "" {
+		fmt.Fprintf(e.stdout, "sequencer public key: %s\n", f.PublicKey)
+	}
+	return exitOK
+}
+
+func quotaFlags(fs *flag.FlagSet) *api.TenantQuota {
+	q := &api.TenantQuota{}
+	fs.Uint64Var(&q.MaxNodes, "max-nodes", 0, "most nodes below the tenant root (0: unlimited)")
+	fs.Uint64Var(&q.MaxBytes, "max-bytes", 0, "most contents bytes (0: unlimited)")
+	fs.Uint64Var(&q.MaxSessions, "max-sessions", 0, "most open sessions (0: unlimited)")
+	fs.Uint64Var(&q.MaxLocks, "max-locks", 0, "most lock grants held (0: unlimited)")
+	return q
+}
+
+func cmdTenant(e *env, args []string) int {
+	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
+		out := e.stdout
+		code := exitOK
+		if len(args) == 0 {
+			out, code = e.stderr, exitUsage
+		}
+		fmt.Fprint(out, `usage: lockctl tenant create NAME [quota flags]
+       lockctl tenant update NAME [quota flags]
+       lockctl tenant list
+
+Manages tenants with the administrator's certificate from the config file.
+Quota flags: --max-nodes, --max-bytes, --max-sessions, --max-locks (0: unlimited).
+`)
+		return code
+	}
+	sub, rest := args[0], args[1:]
+	var fs *flag.FlagSet
+	var q *api.TenantQuota
+	switch sub {
+	case "create", "update":
+		fs = e.flags("tenant "+sub, "NAME [flags]", sub+"s a tenant and its quota (administrator).")
+		q = quotaFlags(fs)
+		if code, stop := e.parse(fs, rest, 1, 1); stop {
+			return code
+		}
+	case "list":
+		fs = e.flags("tenant list", "", "Lists the tenants with their quotas and usage (administrator).")
+		if code, stop := e.parse(fs, rest, 0, 0); stop {
+			return code
+		}
+	default:
+		fmt.Fprintf(e.stderr, "lockctl tenant: unknown subcommand %q (create, update, list)\n", sub)
+		return exitUsage
+	}
+	ctx, cancel := e.bounded()
+	defer cancel()
+	c, _, err := e.dial(ctx, true)
+	if err != nil {
+		return e.fail("tenant", err)
+	}
+	defer c.Close()
+	var ts []api.TenantInfo
+	switch sub {
+	case "create":
+		var t api.TenantInfo
+		t, err = c.CreateTenant(ctx, fs.Arg(0), *q, api.ACLNames{})
+		ts = []api.TenantInfo{t}
+	case "update":
+		var t api.TenantInfo
+		t, err = c.UpdateTenant(ctx, fs.Arg(0), *q)
+		ts = []api.TenantInfo{t}
+	case "list":
+		ts, err = c.ListTenants(ctx)
+	}
+	if err != nil {
+		return e.fail("tenant", err)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tNODES\tBYTES\tSESSIONS\tLOCKS")
+	lim := func(used, max uint64) string {
+		if max == 0 {
+			return fmt.Sprintf("%d", used)
+		}
+		return fmt.Sprintf("%d/%d", used, max)
+	}
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, lim(t.Usage.Nodes, t.Quota.MaxNodes), lim(t.Usage.Bytes, t.Quota.MaxBytes),
+			lim(t.Usage.Sessions, t.Quota.MaxSessions), lim(t.Usage.Locks, t.Quota.MaxLocks))
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+func cmdCerts(e *env, args []string) int {
+	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
+		out := e.stdout
+		code := exitOK
+		if len(args) == 0 {
+			out, code = e.stderr, exitUsage
+		}
+		fmt.Fprint(out, `usage: lockctl certs ca --dir DIR --cell NAME
+       lockctl certs client --dir DIR --tenant T --principal P
+
+'ca' creates a cell CA (DIR/ca.pem, DIR/ca-key.pem). 'client' issues a
+client certificate from the CA in DIR for tenant T's principal P
+(DIR/T-P.pem, DIR/T-P-key.pem); the cell administrator is tenant _cell,
+principal admin.
+`)
+		return code
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "ca":
+		fs := e.flags("certs ca", "--dir DIR --cell NAME", "Creates a cell CA in DIR.")
+		dir := fs.String("dir", "", "output directory (required)")
+		cellName := fs.String("cell", "", "cell name (required)")
+		if code, stop := e.parse(fs, rest, 0, 0); stop {
+			return code
+		}
+		if *dir == "" || *cellName == "" {
+			fmt.Fprintln(e.stderr, "lockctl certs ca: --dir and --cell are required")
+			return exitUsage
+		}
+		if _, err := os.Stat(filepath.Join(*dir, "ca-key.pem")); err == nil {
+			fmt.Fprintf(e.stderr, "lockctl certs ca: %s already holds a CA; refusing to overwrite it\n", *dir)
+			return exitError
+		}
+		ca, err := certs.NewCA(*cellName, certs.Options{})
+		if err != nil {
+			return e.fail("certs ca", err)
+		}
+		key, err := ca.KeyPEM()
+		if err != nil {
+			return e.fail("certs ca", err)
+		}
+		if err := writeFiles(*dir, map[string][]byte{"ca.pem": ca.CertPEM(), "ca-key.pem": key}); err != nil {
+			return e.fail("certs ca", err)
+		}
+		fmt.Fprintf(e.stdout, "wrote %s and %s\n", filepath.Join(*dir, "ca.pem"), filepath.Join(*dir, "ca-key.pem"))
+		return exitOK
+	case "client":
+		fs := e.flags("certs client", "--dir DIR --tenant T --principal P", "Issues a client certificate from the CA in DIR.")
+		dir := fs.String("dir", "", "directory holding ca.pem and ca-key.pem; output goes there too (required)")
+		tenant := fs.String("tenant", "", "tenant (required; _cell for administrators)")
+		principal := fs.String("principal", "", "principal (required)")
+		if code, stop := e.parse(fs, rest, 0, 0); stop {
+			return code
+		}
+		if *dir == "" || *tenant == "" || *principal == "" {
+			fmt.Fprintln(e.stderr, "lockctl certs client: --dir, --tenant and --principal are required")
+			return exitUsage
+		}
+		certPEM, err := os.ReadFile(filepath.Join(*dir, "ca.pem"))
+		if err != nil {
+			return e.fail("certs client", err)
+		}
+		keyPEM, err := os.ReadFile(filepath.Join(*dir, "ca-key.pem"))
+		if err != nil {
+			return e.fail("certs client", err)
+		}
+		ca, err := certs.LoadCA(certPEM, keyPEM)
+		if err != nil {
+			return e.fail("certs client", err)
+		}
+		c, err := ca.IssueClient(certs.ClientID{Tenant: *tenant, Principal: *principal}, certs.Options{})
+		if err != nil {
+			return e.fail("certs client", err)
+		}
+		cp, kp, err := certs.EncodeKeyPair(c)
+		if err != nil {
+			return e.fail("certs client", err)
+		}
+		base := *tenant + "-" + *principal
+		if err := writeFiles(*dir, map[string][]byte{base + ".pem": cp, base + "-key.pem": kp}); err != nil {
+			return e.fail("certs client", err)
+		}
+		fmt.Fprintf(e.stdout, "wrote %s and %s\n", filepath.Join(*dir, base+".pem"), filepath.Join(*dir, base+"-key.pem"))
+		return exitOK
+	}
+	fmt.Fprintf(e.stderr, "lockctl certs: unknown subcommand %q (ca, client)\n", sub)
+	return exitUsage
+}
+
+func writeFiles(dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(files) {
+		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
