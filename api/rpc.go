@@ -155,9 +155,14 @@ type KeepAliveRequest struct {
 // KeepAliveResponse extends the session's lease and carries pending events.
 type KeepAliveResponse struct {
 	// LeaseTimeout is how long the lease lasts from when the master sent
-	// this reply, in nanoseconds. Clients count it from when they sent the
-	// request, which is conservative.
+	// this reply, in nanoseconds.
 	LeaseTimeout int64 `msgpack:"lt"`
+	// Held is how long, in nanoseconds on the master's clock, the master
+	// held the request between its arrival and the reply (a KeepAlive is a
+	// long-poll). The lease therefore lasts at least Held+LeaseTimeout from
+	// when the client sent the request; a client counts that, shortened by
+	// its clock-drift bound.
+	Held int64 `msgpack:"h,omitempty"`
 	// Epoch is the master's epoch.
 	Epoch  uint64  `msgpack:"e"`
 	Events []Event `msgpack:"ev,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/sequencer"
 	"github.com/lockcell/lockcell/session"
@@ -231,11 +232,13 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 		ack = 0 // sequence numbers restart with each master
 	}
 	c.r.metrics.keepalives.Inc()
+	arrived := monotime.Now() // no earlier than the request's arrival
 	reply, err := m.sessions.KeepAlive(ctx, session.ID(req.Session), ack)
 	if err != nil {
 		return nil, c.r.sessionError(err)
 	}
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Epoch: reply.Epoch, Events: reply.Events}, nil
+	held := max(reply.At.Sub(arrived), 0)
+	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(held), Epoch: reply.Epoch, Events: reply.Events}, nil
 }
 
 func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRequest) (any, error) {
@@ -344,20 +347,32 @@ func (c *rpcCall) currentStat(hd api.Handle) (api.NodeStat, error) {
 	return st, checkInstance(hd, st)
 }
 
-func handleSetContents(ctx context.Context, c *rpcCall, req *api.SetContentsRequest) (any, error) {
-	m, err := c.needHandle(req.Header, req.Handle)
+// write runs a write to the handle's node that may invalidate caches: it
+// checks the session and the handle (and, unless the op itself checks the
+// instance, that the node is the one the handle opened), invalidates the
+// sessions caching the node with an event of kind, proposes op and returns
+// its reply.
+func (c *rpcCall) write(ctx context.Context, h api.Header, hd api.Handle, kind api.EventKind, opChecksInstance bool, op namespace.Op) (namespace.Reply, error) {
+	m, err := c.needHandle(h, hd)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.currentStat(req.Handle); err != nil {
-		return nil, err
+	if !opChecksInstance {
+		if _, err := c.currentStat(hd); err != nil {
+			return nil, err
+		}
 	}
-	end, err := m.invalidate(ctx, req.Handle.Path, api.EventContentsModified)
+	end, err := m.invalidate(ctx, hd.Path, kind)
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	reply, err := result(c.r.propose(ctx, c.caller, &namespace.SetContents{Session: req.Session, Path: req.Handle.Path, Contents: req.Contents, IfGeneration: req.IfGeneration}))
+	return result(c.r.propose(ctx, c.caller, op))
+}
+
+func handleSetContents(ctx context.Context, c *rpcCall, req *api.SetContentsRequest) (any, error) {
+	op := &namespace.SetContents{Session: req.Session, Path: req.Handle.Path, Contents: req.Contents, IfGeneration: req.IfGeneration}
+	reply, err := c.write(ctx, req.Header, req.Handle, api.EventContentsModified, false, op)
 	if err != nil {
 		return nil, err
 	}
@@ -365,35 +380,16 @@ func handleSetContents(ctx context.Context, c *rpcCall, req *api.SetContentsRequ
 }
 
 func handleDelete(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
-	m, err := c.needHandle(req.Header, req.Handle)
-	if err != nil {
-		return nil, err
-	}
-	end, err := m.invalidate(ctx, req.Handle.Path, api.EventHandleInvalid)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-	if _, err := result(c.r.propose(ctx, c.caller, &namespace.Delete{Session: req.Session, Path: req.Handle.Path, IfInstance: req.Handle.Instance})); err != nil {
+	op := &namespace.Delete{Session: req.Session, Path: req.Handle.Path, IfInstance: req.Handle.Instance}
+	if _, err := c.write(ctx, req.Header, req.Handle, api.EventHandleInvalid, true, op); err != nil {
 		return nil, err
 	}
 	return &api.Empty{}, nil
 }
 
 func handleSetACL(ctx context.Context, c *rpcCall, req *api.SetACLRequest) (any, error) {
-	m, err := c.needHandle(req.Header, req.Handle)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.currentStat(req.Handle); err != nil {
-		return nil, err
-	}
-	end, err := m.invalidate(ctx, req.Handle.Path, api.EventContentsModified)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-	reply, err := result(c.r.propose(ctx, c.caller, &namespace.SetACL{Session: req.Session, Path: req.Handle.Path, ACL: req.ACL, IfGeneration: req.IfGeneration}))
+	op := &namespace.SetACL{Session: req.Session, Path: req.Handle.Path, ACL: req.ACL, IfGeneration: req.IfGeneration}
+	reply, err := c.write(ctx, req.Header, req.Handle, api.EventContentsModified, false, op)
 	if err != nil {
 		return nil, err
 	}
@@ -417,7 +413,7 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 			// Waiters are served in order; a try never overtakes them.
 			return nil, apiErr(api.Locked, "the lock is held and others are waiting for it")
 		}
-		reply, err := result(c.r.propose(ctx, c.caller, &namespace.Acquire{Session: req.Session, Path: path, Mode: req.Mode}))
+		g, err := c.acquireOnce(ctx, &namespace.Acquire{Session: req.Session, Path: path, Mode: req.Mode})
 		if err != nil {
 			if errors.Is(err, api.ErrLocked) {
 				m.mu.Lock()
@@ -426,7 +422,7 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 			}
 			return nil, err
 		}
-		return c.r.sequencerResponse(reply.(*namespace.Granted))
+		return c.r.sequencerResponse(g)
 	}
 	w := &lockWaiter{caller: c.caller, session: req.Session, mode: req.Mode, result: make(chan waitResult, 1), gone: make(chan struct{})}
 	m.enqueue(path, w)
@@ -452,6 +448,48 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 		return nil, ctxError(ctx)
 	case <-m.ctx.Done():
 		return nil, c.r.notMaster()
+	}
+}
+
+// acquireOnce proposes op and returns its grant. If ctx ends while the
+// Acquire is in Paxos, a grant that arrives afterwards is released, so a
+// canceled Acquire never leaves its session holding a lock it does not know
+// of.
+func (c *rpcCall) acquireOnce(ctx context.Context, op *namespace.Acquire) (*namespace.Granted, error) {
+	type outcome struct {
+		g   *namespace.Granted
+		err error
+	}
+	ch := make(chan outcome, 1)
+	gone := make(chan struct{})
+	release := func(g *namespace.Granted) {
+		c.r.proposeAsync(c.caller, &namespace.Release{Session: op.Session, Path: op.Path, Generation: g.Generation}, func(namespace.Result, error) {})
+	}
+	c.r.proposeAsync(c.caller, op, func(res namespace.Result, err error) {
+		reply, err := result(res, err)
+		g, _ := reply.(*namespace.Granted)
+		select {
+		case <-gone:
+			if g != nil {
+				go release(g)
+			}
+		default:
+			ch <- outcome{g, err}
+		}
+	})
+	select {
+	case o := <-ch:
+		return o.g, o.err
+	case <-ctx.Done():
+		close(gone)
+		select {
+		case o := <-ch: // delivered just before we gave up
+			if o.g != nil {
+				release(o.g)
+			}
+		default:
+		}
+		return nil, ctxError(ctx)
 	}
 }
 

@@ -22,6 +22,11 @@ type Reply struct {
 	Events []api.Event
 	// Epoch is the master epoch (Config.Epoch) the sequence numbers belong to.
 	Epoch uint64
+	// At is when, on the Manager's clock, the reply was made: LeaseTimeout
+	// runs from it. The cell tells the client how long it held the request
+	// (At minus its arrival), so the client can count the lease from later
+	// than its send time without ever overestimating it.
+	At monotime.Time
 }
 
 // KeepAlive is the session's long-poll. It acknowledges the events with Seq
@@ -121,5 +126,6 @@ func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
 		LeaseTimeout: s.leaseEnd.Sub(now),
 		Events:       slices.Clone(s.q.events),
 		Epoch:        m.cfg.Epoch,
+		At:           now,
 	}
 }

@@ -1,0 +1,118 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/sequencer"
+	"github.com/lockcell/lockcell/transport"
+)
+
+// Status returns the cell's status as the master reports it (any replica
+// if there is no master).
+func (c *Client) Status(ctx context.Context) (*api.CellStatusResponse, error) {
+	var resp api.CellStatusResponse
+	if err := c.call(ctx, api.MethodCellStatus, &api.CellStatusRequest{}, &resp, true); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	return &resp, nil
+}
+
+// StatusOf asks the replica at addr (over a connection of its own) for the
+// cell's status as that replica sees it.
+func (c *Client) StatusOf(ctx context.Context, addr string) (*api.CellStatusResponse, error) {
+	cc, err := transport.Dial(ctx, transport.DialConfig{
+		Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
+		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	defer cc.Close()
+	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	var resp api.CellStatusResponse
+	switch f.Tag {
+	case api.ReplyOK:
+		err = f.Decode(&resp)
+	case api.ReplyError:
+		ae := &api.Error{}
+		if err = f.Decode(ae); err == nil {
+			err = ae
+		}
+	default:
+		err = fmt.Errorf("unexpected reply tag %#x", f.Tag)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	return &resp, nil
+}
+
+// CreateTenant creates a tenant (cell administrator only). acl names the
+// new tenant root's ACL files; the zero value lets every principal of the
+// tenant in.
+func (c *Client) CreateTenant(ctx context.Context, name string, quota api.TenantQuota, acl api.ACLNames) (api.TenantInfo, error) {
+	var resp api.TenantResponse
+	if err := c.call(ctx, api.MethodCreateTenant, &api.TenantRequest{Name: name, Quota: quota, ACL: acl}, &resp, false); err != nil {
+		return api.TenantInfo{}, fmt.Errorf("create tenant %s: %w", name, err)
+	}
+	return resp.Tenant, nil
+}
+
+// UpdateTenant replaces a tenant's quota (cell administrator only).
+func (c *Client) UpdateTenant(ctx context.Context, name string, quota api.TenantQuota) (api.TenantInfo, error) {
+	var resp api.TenantResponse
+	if err := c.call(ctx, api.MethodUpdateTenant, &api.TenantRequest{Name: name, Quota: quota}, &resp, true); err != nil {
+		return api.TenantInfo{}, fmt.Errorf("update tenant %s: %w", name, err)
+	}
+	return resp.Tenant, nil
+}
+
+// ListTenants lists the tenants (cell administrator only).
+func (c *Client) ListTenants(ctx context.Context) ([]api.TenantInfo, error) {
+	var resp api.ListTenantsResponse
+	if err := c.call(ctx, api.MethodListTenants, &api.ListRequest{}, &resp, true); err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return resp.Tenants, nil
+}
+
+// ListSessions lists the open sessions of tenant ("" for the caller's own).
+func (c *Client) ListSessions(ctx context.Context, tenant string) ([]api.SessionInfo, error) {
+	var resp api.ListSessionsResponse
+	if err := c.call(ctx, api.MethodListSessions, &api.ListRequest{Tenant: tenant}, &resp, true); err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return resp.Sessions, nil
+}
+
+// ListLocks lists the held locks of tenant ("" for the caller's own).
+func (c *Client) ListLocks(ctx context.Context, tenant string) ([]api.LockInfo, error) {
+	var resp api.ListLocksResponse
+	if err := c.call(ctx, api.MethodListLocks, &api.ListRequest{Tenant: tenant}, &resp, true); err != nil {
+		return nil, fmt.Errorf("list locks: %w", err)
+	}
+	return resp.Locks, nil
+}
+
+// CheckSequencer asks the cell whether seq is still current: its lock is
+// held in its mode at its generation on the same node instance. It makes
+// Session a sequencer.Checker for a sequencer.Validator.
+func (s *Session) CheckSequencer(ctx context.Context, seq sequencer.Sequencer) (bool, string, error) {
+	b, err := seq.Marshal()
+	if err != nil {
+		return false, "", err
+	}
+	var resp api.CheckSequencerResponse
+	err = s.call(ctx, api.MethodCheckSequencer, func(h api.Header) any {
+		return &api.CheckSequencerRequest{Header: h, Sequencer: b}
+	}, &resp, true)
+	if err != nil {
+		return false, "", fmt.Errorf("check sequencer: %w", err)
+	}
+	return resp.Valid, resp.Reason, nil
+}

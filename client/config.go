@@ -1,0 +1,236 @@
+package client
+
+import (
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lockcell/lockcell/internal/certs"
+)
+
+// Defaults. The grace period is Chubby's (§2.8).
+const (
+	// DefaultGracePeriod is how long a session in jeopardy looks for a
+	// master before it gives up and reports expired.
+	DefaultGracePeriod = 45 * time.Second
+	// DefaultDrift is the clock-rate difference the local lease allows for:
+	// the client believes a lease of d lasts d×(1−DefaultDrift).
+	DefaultDrift = 0.01
+	// DefaultReconnectMin and DefaultReconnectMax bound the jittered
+	// exponential backoff between attempts to reach the cell.
+	DefaultReconnectMin = 20 * time.Millisecond
+	// DefaultReconnectMax is the longest pause between attempts.
+	DefaultReconnectMax = time.Second
+	// DefaultEventBuffer is the capacity of Session.Events.
+	DefaultEventBuffer = 256
+)
+
+// Config configures a Client and the sessions it opens. Addrs and CA are
+// required; every other zero value selects the default its doc names.
+type Config struct {
+	// Addrs are the replicas' addresses ("host:port"). Required.
+	Addrs []string
+	// CA is the cell CA pool that replica certificates must chain to.
+	// Required.
+	CA *x509.CertPool
+	// Certificate is the client certificate naming the tenant and principal
+	// (lockcell://tenant/<t>/principal/<p>). Without it the cell refuses
+	// every call but CellStatus.
+	Certificate *tls.Certificate
+	// GracePeriod is how long a session in jeopardy keeps looking for a
+	// master before it reports expired. If zero, DefaultGracePeriod (45 s).
+	GracePeriod time.Duration
+	// Drift is the clock-rate bound in [0, 0.5) by which the local lease is
+	// shortened. If zero, DefaultDrift (1%).
+	Drift float64
+	// ReconnectMin and ReconnectMax bound the backoff between attempts to
+	// reach a master. If zero, DefaultReconnectMin and DefaultReconnectMax.
+	ReconnectMin, ReconnectMax time.Duration
+	// HandshakeTimeout bounds each connection handshake. If zero, the
+	// transport's default (3 s).
+	HandshakeTimeout time.Duration
+	// IdleTimeout is the connection's idle timeout. If zero, the transport's
+	// default (8 s).
+	IdleTimeout time.Duration
+	// EventBuffer is the capacity of each Session's Events channel; events
+	// that find it full are dropped (callbacks still see them). If zero,
+	// DefaultEventBuffer.
+	EventBuffer int
+	// OnEvent, if set, is called for every session event, in order, on one
+	// goroutine per session. It may block without harming the session (its
+	// KeepAlives go on), but events queue up behind it.
+	OnEvent func(*Session, Event)
+	// Cache turns on the client cache of file contents (and their stat) for
+	// handles of files: reads are answered locally until the master
+	// invalidates them, which it does before any write to the node
+	// completes (api.OpenRequest.Cache). Off by default.
+	Cache bool
+	// Logger receives the client's logs. If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) populate() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return c, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case len(c.Addrs) == 0:
+		return bad("no replica addresses")
+	case c.CA == nil:
+		return bad("CA is required")
+	case c.GracePeriod < 0:
+		return bad("GracePeriod %v is negative", c.GracePeriod)
+	case c.Drift < 0 || c.Drift >= 0.5:
+		return bad("Drift %v is outside [0, 0.5)", c.Drift)
+	case c.ReconnectMin < 0 || c.ReconnectMax < 0 || c.HandshakeTimeout < 0 || c.IdleTimeout < 0:
+		return bad("negative duration")
+	case c.EventBuffer < 0:
+		return bad("EventBuffer is negative")
+	}
+	for _, a := range c.Addrs {
+		if a == "" {
+			return bad("empty replica address")
+		}
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = DefaultGracePeriod
+	}
+	if c.Drift == 0 {
+		c.Drift = DefaultDrift
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = DefaultReconnectMin
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = DefaultReconnectMax
+	}
+	if c.ReconnectMax < c.ReconnectMin {
+		return bad("ReconnectMax %v is below ReconnectMin %v", c.ReconnectMax, c.ReconnectMin)
+	}
+	if c.EventBuffer == 0 {
+		c.EventBuffer = DefaultEventBuffer
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// ConfigFile is the JSON file that tells a client how to reach a cell: the
+// format the dev cell writes to data/dev/client.json (cell.ClientFile; a
+// test keeps the two in step). Paths are relative to the file's directory
+// unless absolute.
+type ConfigFile struct {
+	Cell  string   `json:"cell"`
+	Addrs []string `json:"addrs"`
+	// CA, Cert and Key are PEM files: the cell CA and the user's client
+	// certificate and key.
+	CA   string `json:"ca"`
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+	// AdminCert and AdminKey are the cell administrator's certificate.
+	AdminCert string `json:"admin_cert"`
+	AdminKey  string `json:"admin_key"`
+	// PublicKey is the cell's sequencer-signing public key (PEM).
+	PublicKey string `json:"public_key"`
+
+	dir string
+}
+
+// ReadConfigFile reads a ConfigFile. Relative paths in it are resolved
+// against the file's directory.
+func ReadConfigFile(path string) (*ConfigFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("client: reading config file: %w", err)
+	}
+	var f ConfigFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, path, err)
+	}
+	if len(f.Addrs) == 0 || f.CA == "" {
+		return nil, fmt.Errorf("%w: %s: needs \"addrs\" and \"ca\"", ErrInvalidConfig, path)
+	}
+	f.dir = filepath.Dir(path)
+	return &f, nil
+}
+
+func (f *ConfigFile) path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(f.dir, p)
+}
+
+// Config returns a Config with the file's addresses, CA and certificate:
+// the administrator's if admin is set, else the user's (or, if the file
+// names none, the administrator's).
+func (f *ConfigFile) Config(admin bool) (Config, error) {
+	caPEM, err := os.ReadFile(f.path(f.CA))
+	if err != nil {
+		return Config{}, fmt.Errorf("client: reading CA: %w", err)
+	}
+	pool, err := certs.PoolFromPEM(caPEM)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: CA %s: %w", ErrInvalidConfig, f.CA, err)
+	}
+	certFile, keyFile := f.Cert, f.Key
+	if admin || certFile == "" {
+		certFile, keyFile = f.AdminCert, f.AdminKey
+	}
+	cfg := Config{Addrs: append([]string(nil), f.Addrs...), CA: pool}
+	if certFile != "" {
+		c, err := tls.LoadX509KeyPair(f.path(certFile), f.path(keyFile))
+		if err != nil {
+			return Config{}, fmt.Errorf("client: loading certificate %s: %w", certFile, err)
+		}
+		cfg.Certificate = &c
+	}
+	return cfg, nil
+}
+
+// SigningKey returns the cell's sequencer-signing public key named by the
+// file.
+func (f *ConfigFile) SigningKey() (ed25519.PublicKey, error) {
+	if f.PublicKey == "" {
+		return nil, fmt.Errorf("%w: the config file names no public_key", ErrInvalidConfig)
+	}
+	b, err := os.ReadFile(f.path(f.PublicKey))
+	if err != nil {
+		return nil, fmt.Errorf("client: reading public key: %w", err)
+	}
+	return ParsePublicKeyPEM(b)
+}
+
+// ParsePublicKeyPEM parses the cell's Ed25519 public key from PEM (PKIX).
+func ParsePublicKeyPEM(b []byte) (ed25519.PublicKey, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%w: public key is not PEM", ErrInvalidConfig)
+	}
+	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: public key: %w", ErrInvalidConfig, err)
+	}
+	ek, ok := k.(ed25519.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("%w: public key is not Ed25519", ErrInvalidConfig)
+	}
+	return ek, nil
+}
+
+// LoadConfigFile reads a ConfigFile and returns the user's Config.
+func LoadConfigFile(path string) (Config, error) {
+	f, err := ReadConfigFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	return f.Config(false)
+}

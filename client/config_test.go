@@ -1,0 +1,114 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/client"
+)
+
+// TestConfigFileMatchesCell: the file cell.StartLocal writes loads with
+// client.LoadConfigFile and reaches the cell, and the two JSON shapes have
+// the same fields, so they cannot drift apart.
+func TestConfigFileMatchesCell(t *testing.T) {
+	tc := startCell(t, 3, nil)
+	ctx := testCtx(t, 30*time.Second)
+	cfg, err := client.LoadConfigFile(tc.ClientFilePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = quietLogger()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Tenant() != "t" {
+		t.Fatalf("session tenant %q, want t (the file's user certificate)", s.Tenant())
+	}
+	f, err := client.ReadConfigFile(tc.ClientFilePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := f.SigningKey()
+	if err != nil || !pub.Equal(tc.PublicKey()) {
+		t.Fatalf("public key from the file: %v", err)
+	}
+	admin, err := f.Config(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.Logger = quietLogger()
+	ac, err := client.Dial(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	if _, err := ac.ListTenants(ctx); err != nil {
+		t.Fatalf("the file's administrator certificate: %v", err)
+	}
+	// Same JSON field names in both types.
+	tags := func(v any) []string {
+		var out []string
+		ty := reflect.TypeOf(v)
+		for i := 0; i < ty.NumField(); i++ {
+			if tag := ty.Field(i).Tag.Get("json"); tag != "" {
+				out = append(out, tag)
+			}
+		}
+		return out
+	}
+	if a, b := tags(cell.ClientFile{}), tags(client.ConfigFile{}); !reflect.DeepEqual(a, b) {
+		t.Fatalf("cell.ClientFile fields %v, client.ConfigFile fields %v", a, b)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []client.Config{
+		{},
+		{Addrs: []string{"127.0.0.1:1"}},
+		{Addrs: []string{""}, CA: nil},
+		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), GracePeriod: -1},
+		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), Drift: 0.7},
+		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), ReconnectMin: time.Second, ReconnectMax: time.Millisecond},
+	} {
+		if _, err := client.Dial(ctx, c); !errors.Is(err, client.ErrInvalidConfig) {
+			t.Fatalf("Dial(%+v): %v; want ErrInvalidConfig", c, err)
+		}
+	}
+	dir := t.TempDir()
+	bad := dir + "/bad.json"
+	_ = os.WriteFile(bad, []byte(`{"addrs": 5}`), 0o600)
+	if _, err := client.LoadConfigFile(bad); !errors.Is(err, client.ErrInvalidConfig) {
+		t.Fatalf("malformed file: %v", err)
+	}
+	empty, _ := json.Marshal(map[string]any{"addrs": []string{}})
+	_ = os.WriteFile(bad, empty, 0o600)
+	if _, err := client.LoadConfigFile(bad); !errors.Is(err, client.ErrInvalidConfig) {
+		t.Fatalf("file without addrs: %v", err)
+	}
+	if _, err := client.LoadConfigFile(dir + "/missing.json"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// TestDialUnreachable: Dial gives up when its context ends.
+func TestDialUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := client.Dial(ctx, client.Config{Addrs: []string{"127.0.0.1:9"}, CA: emptyPool(), HandshakeTimeout: 100 * time.Millisecond, Logger: quietLogger()})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Dial to nothing: %v; want DeadlineExceeded", err)
+	}
+}

@@ -1,0 +1,388 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/transport"
+)
+
+// Client is a connection to a cell: it finds the master, follows NotMaster
+// redirects, and reconnects with backoff. It makes the calls that need no
+// session (Status, tenants, listings) and opens Sessions. All methods are
+// safe for concurrent use.
+//
+// Errors: ErrInvalidConfig from Dial; ErrClosed after Close; *api.Error
+// values from the cell; ErrOutcomeUnknown for a call that is not safe to
+// repeat and lost its reply; ctx's error when ctx ends first.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	mu struct {
+		sync.Mutex
+		conn *transport.ClientConn
+		// hint is where the master is believed to be ("" if unknown).
+		hint string
+		// next is the index of the address to try first without a hint.
+		next int
+		// dialing is closed when the dial in progress ends.
+		dialing chan struct{}
+		// failures counts consecutive failed dials, for backoff.
+		failures int
+		// notBefore is the earliest time of the next dial.
+		notBefore time.Time
+		sessions  map[*Session]struct{}
+	}
+}
+
+// Dial connects to the cell's master. It returns once it has reached a
+// replica that serves as master, or an error when ctx ends first (the
+// client is then closed) or cfg is invalid.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	cfg, err := cfg.populate()
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.mu.sessions = map[*Session]struct{}{}
+	if err := c.findMaster(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// findMaster asks replicas for the cell's status until one names a master,
+// and connects to it.
+func (c *Client) findMaster(ctx context.Context) error {
+	for {
+		var st api.CellStatusResponse
+		_, err := c.rpcOnce(ctx, api.MethodCellStatus, &api.CellStatusRequest{}, &st)
+		if err == nil && st.Master != 0 {
+			for _, r := range st.Replicas {
+				if r.ID == st.Master && r.Addr != "" {
+					if r.ID == st.Replica {
+						return nil
+					}
+					c.redirect(r.Addr)
+					break
+				}
+			}
+			if _, err = c.conn(ctx); err == nil {
+				return nil
+			}
+		}
+		if err == nil {
+			// Connected, but the replica knows no master yet.
+			c.dropAll("")
+		}
+		if ctx.Err() != nil {
+			if err == nil {
+				err = errors.New("no master elected")
+			}
+			return fmt.Errorf("client: dial: %w (last: %w)", ctx.Err(), err)
+		}
+		if err := c.pause(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// Close closes the connection and every session opened through the client
+// (without telling the cell: their leases run out; use Session.Close to end
+// a session at once).
+func (c *Client) Close() error {
+	c.cancel()
+	c.mu.Lock()
+	conn := c.mu.conn
+	c.mu.conn = nil
+	sessions := c.mu.sessions
+	c.mu.sessions = map[*Session]struct{}{}
+	c.mu.Unlock()
+	for s := range sessions {
+		s.abandon()
+	}
+	if conn != nil {
+		_ = conn.Close()
+	}
+	return nil
+}
+
+// backoff returns the pause after n consecutive failures: exponential from
+// ReconnectMin to ReconnectMax, with jitter.
+func (c *Client) backoff(n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	d := c.cfg.ReconnectMin << min(n-1, 20)
+	if d > c.cfg.ReconnectMax || d <= 0 {
+		d = c.cfg.ReconnectMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// pause waits a backoff step (for callers retrying a failed call).
+func (c *Client) pause(ctx context.Context) error {
+	c.mu.Lock()
+	d := c.backoff(c.mu.failures + 1)
+	c.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+}
+
+// conn returns the current connection, dialing (with backoff) if there is
+// none. Concurrent callers share one dial.
+func (c *Client) conn(ctx context.Context) (*transport.ClientConn, error) {
+	for {
+		c.mu.Lock()
+		if c.ctx.Err() != nil {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if cc := c.mu.conn; cc != nil {
+			c.mu.Unlock()
+			if cc.Context().Err() == nil {
+				return cc, nil
+			}
+			c.drop(cc, "")
+			continue
+		}
+		if wait := c.mu.dialing; wait != nil {
+			c.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-c.ctx.Done():
+				return nil, ErrClosed
+			}
+		}
+		done := make(chan struct{})
+		c.mu.dialing = done
+		addrs, start := c.dialOrderLocked()
+		delay := time.Until(c.mu.notBefore)
+		c.mu.Unlock()
+
+		cc, err := c.dial(ctx, addrs, start, delay)
+
+		c.mu.Lock()
+		c.mu.dialing = nil
+		close(done)
+		if err != nil {
+			c.mu.failures++
+			c.mu.notBefore = time.Now().Add(c.backoff(c.mu.failures))
+			c.mu.hint = ""
+			c.mu.Unlock()
+			return nil, err
+		}
+		if c.ctx.Err() != nil {
+			c.mu.Unlock()
+			_ = cc.Close()
+			return nil, ErrClosed
+		}
+		c.mu.conn = cc
+		c.mu.Unlock()
+		return cc, nil
+	}
+}
+
+// dialOrderLocked returns the addresses to dial and where to start: the
+// hinted master first, else the next replica in rotation.
+// REQUIRES: c.mu held.
+func (c *Client) dialOrderLocked() ([]string, int) {
+	addrs := c.cfg.Addrs
+	if c.mu.hint != "" {
+		if i := slices.Index(addrs, c.mu.hint); i >= 0 {
+			return addrs, i
+		}
+		return append([]string{c.mu.hint}, addrs...), 0
+	}
+	start := c.mu.next % len(addrs)
+	c.mu.next++
+	return addrs, start
+}
+
+func (c *Client) dial(ctx context.Context, addrs []string, start int, delay time.Duration) (*transport.ClientConn, error) {
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		}
+	}
+	return transport.Dial(ctx, transport.DialConfig{
+		Addrs: addrs, Start: start, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
+		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
+	})
+}
+
+// drop forgets cc (if it is still current) and closes it; hint, if not
+// empty, is where to look for the master next.
+func (c *Client) drop(cc *transport.ClientConn, hint string) {
+	c.mu.Lock()
+	if c.mu.conn == cc {
+		c.mu.conn = nil
+		c.mu.hint = hint
+	}
+	c.mu.Unlock()
+	_ = cc.Close()
+}
+
+// dropAll closes the current connection, whatever it is, so that the next
+// call dials again (rotating through the replicas unless hint is set).
+func (c *Client) dropAll(hint string) {
+	c.mu.Lock()
+	cc := c.mu.conn
+	c.mu.conn = nil
+	c.mu.hint = hint
+	c.mu.Unlock()
+	if cc != nil {
+		_ = cc.Close()
+	}
+}
+
+// redirect closes the current connection and points the next dial at addr.
+func (c *Client) redirect(addr string) { c.dropAll(addr) }
+
+// succeeded resets the backoff after a call reached a serving master.
+func (c *Client) succeeded() {
+	c.mu.Lock()
+	c.mu.failures = 0
+	c.mu.notBefore = time.Time{}
+	c.mu.Unlock()
+}
+
+// rpcOnce makes one attempt of method m. sent reports whether the request
+// may have reached a replica (false: it certainly did not). An error reply
+// is returned as *api.Error; NotMaster and transport failures drop the
+// connection so that the next attempt dials the master.
+func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent bool, err error) {
+	cc, err := c.conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	s, err := cc.OpenStream(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.drop(cc, "")
+		}
+		return false, err
+	}
+	defer s.Close()
+	if err := s.WriteFrame(ctx, uint16(m), req); err != nil {
+		if errors.Is(err, transport.ErrEncode) {
+			return false, err
+		}
+		if ctx.Err() == nil {
+			c.drop(cc, "")
+		}
+		return true, err
+	}
+	if err := s.CloseWrite(); err != nil {
+		if ctx.Err() == nil {
+			c.drop(cc, "")
+		}
+		return true, err
+	}
+	f, err := s.ReadFrame(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.drop(cc, "")
+		}
+		return true, err
+	}
+	switch f.Tag {
+	case api.ReplyOK:
+		if err := f.Decode(resp); err != nil {
+			return true, fmt.Errorf("client: decoding %s reply: %w", m, err)
+		}
+		if m != api.MethodCellStatus {
+			c.succeeded()
+		}
+		return true, nil
+	case api.ReplyError:
+		ae := &api.Error{}
+		if err := f.Decode(ae); err != nil {
+			return true, fmt.Errorf("client: decoding %s error reply: %w", m, err)
+		}
+		switch ae.Code {
+		case api.NotMaster:
+			c.drop(cc, ae.Master)
+		case api.Unavailable:
+			c.drop(cc, "")
+		}
+		return true, ae
+	default:
+		c.drop(cc, "")
+		return true, fmt.Errorf("client: %s: unexpected reply tag %#x", m, f.Tag)
+	}
+}
+
+// call makes a sessionless call, retrying across fail-overs until ctx ends:
+// any call refused before it took effect, and also, if idempotent, a call
+// whose reply was lost.
+func (c *Client) call(ctx context.Context, m api.Method, req, resp any, idempotent bool) error {
+	for {
+		sent, err := c.rpcOnce(ctx, m, req, resp)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("client: %s: %w", m, ctx.Err())
+		}
+		if errors.Is(err, ErrClosed) {
+			return err
+		}
+		retry, noEffect := classify(err)
+		if !retry {
+			return err
+		}
+		if sent && !noEffect && !idempotent {
+			return outcomeUnknown(m, err)
+		}
+		if perr := c.pause(ctx); perr != nil {
+			return fmt.Errorf("client: %s: %w (last error: %v)", m, perr, err)
+		}
+	}
+}
+
+func (c *Client) addSession(s *Session) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx.Err() != nil {
+		return false
+	}
+	c.mu.sessions[s] = struct{}{}
+	return true
+}
+
+func (c *Client) removeSession(s *Session) {
+	c.mu.Lock()
+	delete(c.mu.sessions, s)
+	c.mu.Unlock()
+}

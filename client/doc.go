@@ -1,0 +1,56 @@
+// Package client is the Go library users import to talk to a lockcell
+// cell: sessions with Chubby's jeopardy and grace period, handles and
+// locks with fencing sequencers, and the Mutex and Election recipes.
+//
+// # Life cycle
+//
+// Dial returns a *Client connected to the master (it follows NotMaster
+// redirects and reconnects with backoff). Client.NewSession creates a
+// session and starts its KeepAlive loop; Session.Open opens nodes;
+// Handle.Acquire takes locks. Close the Session (which releases its locks
+// at once) and then the Client.
+//
+//	c, err := client.Dial(ctx, cfg)
+//	s, err := c.NewSession(ctx)
+//	l, err := client.NewMutex(s, "/tenant/job").Lock(ctx)
+//	// work under l.Context(); pass l.Sequencer() to protected servers
+//	err = l.Release(ctx)
+//
+// # Sessions, jeopardy and grace
+//
+// The KeepAlive loop keeps a local lease that ends no later than the
+// master's (see Session). When it runs out the session is in jeopardy:
+// each held Lock's context is cancelled, the cache is emptied, and calls
+// wait until the session is safe again (or their context ends) while the
+// loop looks for a master for Config.GracePeriod (45 s by default). The
+// session then reports safe, or expired; expiry is final (Session.Done,
+// Session.Err, Session.Ctx). Session.Events and Config.OnEvent deliver
+// jeopardy, safe, expired, fail-over and node events.
+//
+// # Calls and retries
+//
+// Every call in a session carries the session's master epoch; a call
+// refused because the master changed (Failover, NotMaster) is retried
+// against the new master once the KeepAlive loop has re-established the
+// session. Reads and other idempotent calls are also retried when their
+// reply is lost; writes that are not safe to repeat return an error
+// wrapping ErrOutcomeUnknown instead. Acquire and Release check the lock's
+// state at the cell before repeating themselves.
+//
+// # Cache
+//
+// Config.Cache (off by default) caches file contents for handles of files.
+// The master registers the session as caching a node when it answers a
+// read as Cacheable, and before any later write to the node completes it
+// sends an invalidation event and waits for the session's acknowledgement
+// (api.OpenRequest.Cache). The KeepAlive loop drops the entry and
+// acknowledges at once; the whole cache is dropped on fail-over and
+// overflow, and emptied and turned off in jeopardy. A read after one's own
+// write sees it (the write drops the entry).
+//
+// # Concurrency
+//
+// Client, Session, Handle, Lock, Mutex and Election are safe for concurrent
+// use. Each Session runs two goroutines (the KeepAlive loop and the event
+// dispatcher) until it ends.
+package client

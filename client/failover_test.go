@@ -1,0 +1,46 @@
+package client_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/client"
+)
+
+// TestFailoverRetriesReads: the client starts at a replica that is not the
+// master (and follows the redirect); then the master is killed, and a read
+// made at once blocks and succeeds against the new master, with the
+// session's epoch moved on and a fail-over event delivered.
+func TestFailoverRetriesReads(t *testing.T) {
+	tc := startCell(t, 3, nil)
+	ctx := testCtx(t, 60*time.Second)
+	cfg := tc.config(t, "alice")
+	m := tc.Master()
+	// Put the master last so that the first dial lands elsewhere.
+	cfg.Addrs = slices.DeleteFunc(slices.Clone(tc.Addrs()), func(a string) bool { return a == m.Addr().String() })
+	cfg.Addrs = append(cfg.Addrs, m.Addr().String())
+	cfg.GracePeriod = 20 * time.Second
+	c := tc.dial(t, ctx, cfg)
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Open(ctx, "/t/f", client.OpenOptions{Create: true, Contents: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := s.Epoch()
+	tc.Stop(m.ID())
+	b, _, err := h.GetContents(ctx)
+	if err != nil || string(b) != "v" {
+		t.Fatalf("read across the fail-over: %q, %v", b, err)
+	}
+	ev := waitEvent(t, ctx, s, client.EventFailover)
+	if ev.Node.Epoch <= epoch || s.Epoch() <= epoch {
+		t.Fatalf("fail-over event epoch %d, session epoch %d; was %d", ev.Node.Epoch, s.Epoch(), epoch)
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}

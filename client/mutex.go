@@ -1,0 +1,106 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/lockcell/lockcell/api"
+)
+
+// Mutex is an exclusive lock on one node, in the shape of sync.Mutex with
+// contexts: Lock waits, TryLock does not, Unlock releases. The node is
+// created (permanent, empty) if missing. The *Lock that Lock returns
+// carries the sequencer to hand to protected servers and a context
+// cancelled the moment the lock may be lost.
+//
+// A Mutex belongs to one session and is safe for concurrent use; it holds
+// at most one grant at a time. Lock and TryLock on a Mutex that is already
+// held return an error wrapping api.ErrFailedPrecondition.
+type Mutex struct {
+	s    *Session
+	path string
+	opts OpenOptions
+
+	mu   sync.Mutex
+	h    *Handle
+	held *Lock
+}
+
+// NewMutex returns a mutex on the node at path.
+func NewMutex(s *Session, path string) *Mutex {
+	return &Mutex{s: s, path: path, opts: OpenOptions{Create: true}}
+}
+
+// NewMutexWithOptions is NewMutex with the options used to open (and
+// create) the node, for example a lock-delay.
+func NewMutexWithOptions(s *Session, path string, opts OpenOptions) *Mutex {
+	return &Mutex{s: s, path: path, opts: opts}
+}
+
+// Path returns the mutex's node path.
+func (m *Mutex) Path() string { return m.path }
+
+// Lock waits until the mutex is granted or ctx ends.
+func (m *Mutex) Lock(ctx context.Context) (*Lock, error) { return m.lock(ctx, true) }
+
+// TryLock takes the mutex if it is free now and otherwise returns at once an
+// error wrapping ErrLocked.
+func (m *Mutex) TryLock(ctx context.Context) (*Lock, error) { return m.lock(ctx, false) }
+
+func (m *Mutex) lock(ctx context.Context, wait bool) (*Lock, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held != nil {
+		return nil, fmt.Errorf("lock %s: %w: this mutex is already held", m.path, api.ErrFailedPrecondition)
+	}
+	if m.h == nil {
+		h, err := m.s.Open(ctx, m.path, m.opts)
+		if err != nil {
+			return nil, err
+		}
+		m.h = h
+	}
+	var (
+		l   *Lock
+		err error
+	)
+	if wait {
+		l, err = m.h.Acquire(ctx, api.LockExclusive)
+	} else {
+		l, err = m.h.TryAcquire(ctx, api.LockExclusive)
+	}
+	if errors.Is(err, api.ErrNotFound) {
+		// The node was deleted since the handle was opened: open afresh
+		// next time.
+		m.h = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.held = l
+	return l, nil
+}
+
+// Held returns the current grant, or nil.
+func (m *Mutex) Held() *Lock {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held
+}
+
+// Unlock releases the mutex. Unlocking a mutex that is not held returns an
+// error wrapping ErrNotHeld.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held == nil {
+		return fmt.Errorf("unlock %s: %w", m.path, ErrNotHeld)
+	}
+	err := m.held.Release(ctx)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		m.held = nil
+	}
+	return err
+}
