@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
 	"github.com/lockcell/lockcell/transport"
@@ -50,6 +51,11 @@ type Replica struct {
 
 	// status is the core's status after the loop's latest step.
 	status atomic.Pointer[paxos.Status]
+	// leaseDeadline is the monotonic time (monotime.Time) until which the
+	// master lease reported in status is certainly live; 0 when not master.
+	// RPC handlers check it against the clock, so a stalled loop (a long
+	// fsync, a GC pause, SIGSTOP) cannot leave a lapsed master serving.
+	leaseDeadline atomic.Int64
 	// master is the master role while this replica leads; nil otherwise.
 	master atomic.Pointer[master]
 
@@ -254,7 +260,7 @@ func (r *Replica) Status() Status {
 		Leader:    uint64(st.Leader),
 		Epoch:     uint64(st.Epoch),
 		IsLeader:  st.IsLeader,
-		Master:    st.Master && m != nil,
+		Master:    r.serving() != nil,
 		Chosen:    uint64(st.Chosen),
 		Applied:   r.ns.AppliedSlot(),
 		Checksum:  r.ns.Checksum(),
@@ -309,19 +315,25 @@ func (r *Replica) run(ctx context.Context) {
 	defer close(r.done)
 	defer r.loseMaster("stopped")
 	defer r.failWaiters()
-	interval := r.cfg.Tick
-	if r.cfg.ClockScale != 0 {
-		interval = time.Duration(float64(interval) * r.cfg.ClockScale)
-	}
+	interval := r.tickInterval()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	// lastTick is when the latest tick was due. The core counts time in
+	// ticks, and a ticker drops ticks when the loop is late, so the loop
+	// ticks once for every interval that really elapsed: a master's view of
+	// its lease must never run slower than the clock.
+	lastTick := monotime.Now()
 	recv := r.ep.Recv()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			r.node.Tick()
+			n := monotime.Now().Sub(lastTick) / interval
+			for i := time.Duration(0); i < n; i++ {
+				r.node.Tick()
+			}
+			lastTick = lastTick.Add(n * interval)
 		case pm := <-recv:
 			r.step(pm)
 		case p := <-r.proposeC:
@@ -343,8 +355,16 @@ func (r *Replica) run(ctx context.Context) {
 			r.fail(err)
 			return
 		}
-		r.afterStep()
+		r.afterStep(lastTick, interval)
 	}
+}
+
+// tickInterval is this replica's tick (scaled by ClockScale in tests).
+func (r *Replica) tickInterval() time.Duration {
+	if r.cfg.ClockScale != 0 {
+		return time.Duration(float64(r.cfg.Tick) * r.cfg.ClockScale)
+	}
+	return r.cfg.Tick
 }
 
 func (r *Replica) step(pm transport.PeerMessage) {
@@ -506,8 +526,17 @@ func (r *Replica) maybeSnapshot() error {
 }
 
 // afterStep publishes the core's status and starts or ends the master role.
-func (r *Replica) afterStep() {
+// lastTick is when the core's latest tick was due.
+func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	st := r.node.Status()
+	// The core holds the lease while its tick count stays below the end
+	// tick, LeaseTicksLeft ticks after the latest one; one tick less, in
+	// real time from when the latest tick was due, is certain.
+	var deadline monotime.Time
+	if st.Master && st.LeaseTicksLeft > 1 {
+		deadline = lastTick.Add(time.Duration(st.LeaseTicksLeft-1) * interval)
+	}
+	r.leaseDeadline.Store(int64(deadline))
 	prev := r.status.Swap(&st)
 	r.metrics.observeStatus(prev, &st)
 	m := r.master.Load()
@@ -526,7 +555,7 @@ func (r *Replica) afterStep() {
 // it leads, and its master lease is live.
 func (r *Replica) serving() *master {
 	m := r.master.Load()
-	if m == nil || !r.status.Load().Master {
+	if m == nil || !r.status.Load().Master || !monotime.Now().Before(monotime.Time(r.leaseDeadline.Load())) {
 		return nil
 	}
 	return m
