@@ -275,7 +275,9 @@ const CommandVersion = 1
 const MaxEncodedCommand = MaxContentsLimit + commandOverhead
 
 // wireCommand is the encoded envelope: version, kind, time, caller, and the
-// operation as a nested msgpack value decoded by kind.
+// operation as a nested msgpack value decoded by kind. It, marshal and
+// unmarshalStrict define the format through the msgpack library; the codec
+// in cmdcodec.go is tested against them and is what the package runs.
 type wireCommand struct {
 	V uint8              `msgpack:"v"`
 	K OpKind             `msgpack:"k"`
@@ -286,19 +288,15 @@ type wireCommand struct {
 
 // EncodeCommand encodes c (msgpack, version- and kind-tagged). It fails,
 // with an error wrapping ErrBadCommand, only for a nil Op.
+//
+// The bytes are what github.com/vmihailenco/msgpack/v5 writes for
+// wireCommand with compact integers; cmdcodec.go writes them directly.
 func EncodeCommand(c Command) ([]byte, error) {
 	if c.Op == nil || isNilOp(c.Op) {
 		return nil, fmt.Errorf("%w: nil op", ErrBadCommand)
 	}
-	op, err := marshal(c.Op)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadCommand, err)
-	}
-	b, err := marshal(&wireCommand{V: CommandVersion, K: c.Op.Kind(), T: c.Time, C: c.Caller, O: op})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadCommand, err)
-	}
-	return b, nil
+	b := make([]byte, 0, 40+len(c.Caller.Principal)+len(c.Caller.Tenant)+opSizeHint(c.Op))
+	return appendCommand(b, c), nil
 }
 
 func isNilOp(op Op) bool {
@@ -340,28 +338,16 @@ func DecodeCommand(b []byte) (Command, error) {
 	if len(b) > MaxEncodedCommand {
 		return Command{}, fmt.Errorf("%w: %d bytes, more than %d", ErrBadCommand, len(b), MaxEncodedCommand)
 	}
-	var w wireCommand
-	if err := unmarshalStrict(b, &w); err != nil {
+	cmd, err := readCommand(b)
+	if err != nil {
 		return Command{}, fmt.Errorf("%w: %v", ErrBadCommand, err)
 	}
-	if w.V != CommandVersion {
-		return Command{}, fmt.Errorf("%w: version %d", ErrBadCommand, w.V)
-	}
-	op := newOp(w.K)
-	if op == nil {
-		return Command{}, fmt.Errorf("%w: unknown kind %d", ErrBadCommand, uint8(w.K))
-	}
-	if len(w.O) == 0 {
-		return Command{}, fmt.Errorf("%w: missing op", ErrBadCommand)
-	}
-	if err := unmarshalStrict(w.O, op); err != nil {
-		return Command{}, fmt.Errorf("%w: %s: %v", ErrBadCommand, w.K, err)
-	}
-	cmd := Command{Time: w.T, Caller: w.C, Op: op}
 	// Accept exactly what EncodeCommand writes: this rejects integers that
-	// msgpack would silently truncate into narrower fields, duplicate or
-	// reordered keys, and padded integers, so one command has one encoding.
-	if enc, err := EncodeCommand(cmd); err != nil || !bytes.Equal(enc, b) {
+	// a lenient reader would silently truncate into narrower fields,
+	// duplicate or reordered keys, and padded integers, so one command has
+	// one encoding.
+	enc := appendCommand(make([]byte, 0, len(b)), cmd)
+	if string(enc) != string(b) {
 		return Command{}, fmt.Errorf("%w: not the canonical encoding", ErrBadCommand)
 	}
 	return cmd, nil

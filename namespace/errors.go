@@ -19,6 +19,9 @@ var (
 	// ErrCorrupt: the stored state is not what this package wrote (a record
 	// does not decode, an index names a missing node). The replica must stop.
 	ErrCorrupt = errors.New("namespace: stored state corrupt")
+	// ErrFormat: Open found a store written in a format this build does not
+	// read (the meta record names it). Nothing was changed.
+	ErrFormat = errors.New("namespace: unsupported store format")
 	// ErrStorage wraps a Pebble failure. The replica must stop.
 	ErrStorage = errors.New("namespace: storage failure")
 	// ErrFailed: an earlier storage failure stopped the Store; every later

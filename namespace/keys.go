@@ -12,9 +12,10 @@ import "encoding/binary"
 // big-endian (so sessions sort by ID) and 0x00 a separator byte that no path
 // or tenant name contains.
 //
-//	n 0x00 "meta"           applied slot (8 BE) + state checksum (8 BE).
-//	                        Not part of the logical state: excluded from the
-//	                        checksum and from snapshot streams.
+//	n 0x00 "meta"           store format (1 byte, storeFormat) + applied
+//	                        slot (8 BE) + state checksum (8 BE). Not part of
+//	                        the logical state: excluded from the checksum and
+//	                        from snapshot streams.
 //	nC                      counters record (last session ID, instance,
 //	                        lock generation)
 //	nN <parent> 0x00 <name> node record. Children of directory P are exactly
@@ -28,6 +29,8 @@ import "encoding/binary"
 //	nH <sid> <path>         lock held by the session (value: mode byte)
 //	nE <sid> <path>         ephemeral node owned by the session (empty value)
 //	nT <tenant>             tenant record
+//
+// Records are encoded as reccodec.go describes.
 const (
 	keyPrefixByte = 'n'
 	tagCounters   = 'C'
@@ -40,6 +43,17 @@ const (
 	tagEphemeral  = 'E'
 	tagTenant     = 'T'
 )
+
+// storeFormat is the on-disk format of the namespace keys, recorded in the
+// meta record. Open refuses any other (ErrFormat). History:
+//
+//	1  records as msgpack maps; meta of 16 bytes without a format byte
+//	2  records in the binary encoding of reccodec.go (recordVersion 2);
+//	   snapshot streams "LCNSNAP2"
+const storeFormat byte = 2
+
+// metaLen is the length of the meta record's value.
+const metaLen = 1 + 8 + 8
 
 var (
 	keyStart    = []byte{keyPrefixByte}

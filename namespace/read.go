@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -20,6 +21,7 @@ func (s *Store) reading(fn func(v *view) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	v := s.view(s.db)
+	v.cc = s.cache
 	return fn(&v)
 }
 
@@ -86,6 +88,7 @@ func (s *Store) GetContentsAndStat(c Caller, path string) ([]byte, api.NodeStat,
 		st = n.stat()
 		if !n.Dir && n.Size > 0 {
 			data, err = v.contents(p)
+			data = bytes.Clone(data) // it may be the cache's
 		}
 		return err
 	})

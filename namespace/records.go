@@ -1,31 +1,31 @@
 package namespace
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/lockcell/lockcell/api"
 )
 
 // nodeRec is the stored record of a node (key nN <parent> 0x00 <name>). The
-// contents live under their own key so that stat never reads them.
+// contents live under their own key so that stat never reads them. Records
+// are stored in the binary encoding of reccodec.go.
 type nodeRec struct {
-	Instance   uint64       `msgpack:"i"`
-	Dir        bool         `msgpack:"d,omitempty"`
-	Owner      uint64       `msgpack:"o,omitempty"` // ephemeral owner session
-	ContentGen uint64       `msgpack:"cg"`
-	LockGen    uint64       `msgpack:"lg"`
-	ACLGen     uint64       `msgpack:"ag"`
-	Sum        uint64       `msgpack:"ck"`
-	Size       uint64       `msgpack:"sz"`
-	Created    int64        `msgpack:"ct"`
-	Modified   int64        `msgpack:"mt"`
-	ACL        api.ACLNames `msgpack:"a"`
-	LockDelay  int64        `msgpack:"ld"`
-	Mode       api.LockMode `msgpack:"m,omitempty"`
+	Instance   uint64
+	Dir        bool
+	Owner      uint64 // ephemeral owner session
+	ContentGen uint64
+	LockGen    uint64
+	ACLGen     uint64
+	Sum        uint64
+	Size       uint64
+	Created    int64
+	Modified   int64
+	ACL        api.ACLNames
+	LockDelay  int64
+	Mode       api.LockMode
 	// Holders lists the holding sessions in increasing order; nil when free.
-	Holders    []uint64 `msgpack:"h,omitempty"`
-	DelayUntil int64    `msgpack:"du,omitempty"`
+	Holders    []uint64
+	DelayUntil int64
 }
 
 func (n *nodeRec) stat() api.NodeStat {
@@ -70,16 +70,16 @@ func (n *nodeRec) removeHolder(sid uint64) {
 
 // sessionRec is the stored record of a session (key nS <sid>).
 type sessionRec struct {
-	Tenant    string `msgpack:"t"`
-	Principal string `msgpack:"p"`
-	Created   int64  `msgpack:"ct"`
+	Tenant    string
+	Principal string
+	Created   int64
 }
 
 // tenantRec is the stored record of a tenant (key nT <name>).
 type tenantRec struct {
-	Quota   api.TenantQuota `msgpack:"q"`
-	Usage   api.TenantUsage `msgpack:"u"`
-	Created int64           `msgpack:"ct"`
+	Quota   api.TenantQuota
+	Usage   api.TenantUsage
+	Created int64
 }
 
 func (t *tenantRec) info(name string) api.TenantInfo {
@@ -91,23 +91,7 @@ func (t *tenantRec) info(name string) api.TenantInfo {
 // node instances and lock generations are never reused, not even across
 // deletion and re-creation.
 type counters struct {
-	Session  uint64 `msgpack:"s"`
-	Instance uint64 `msgpack:"i"`
-	LockGen  uint64 `msgpack:"g"`
-}
-
-func encodeRec(v any) []byte {
-	b, err := marshal(v)
-	if err != nil {
-		// Our record types always encode; failing here is a broken invariant.
-		panic(fmt.Sprintf("namespace: encoding %T: %v", v, err))
-	}
-	return b
-}
-
-func decodeRec(key, b []byte, v any) error {
-	if err := unmarshalStrict(b, v); err != nil {
-		return fmt.Errorf("%w: key %q: %v", ErrCorrupt, key, err)
-	}
-	return nil
+	Session  uint64
+	Instance uint64
+	LockGen  uint64
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Snapshot stream format, version 1:
+// Snapshot stream format, version 2 (store format 2, keys.go):
 //
-//	magic      8 bytes "LCNSNAP1"
+//	magic      8 bytes "LCNSNAP2"
 //	slot       uvarint, the applied slot the state is at
 //	checksum   8 bytes big-endian, Checksum() at that slot
 //	records    per logical key in increasing key order:
@@ -23,8 +23,10 @@ import (
 //	end        uvarint 0
 //	trailer    8 bytes big-endian CRC-64/ECMA of every byte before it
 //
-// The meta record is not streamed: the header carries what it holds.
-const snapshotMagic = "LCNSNAP1"
+// The meta record is not streamed: the header carries what it holds. The
+// records are streamed as stored, so the magic names the store format;
+// version 1 ("LCNSNAP1") carried format-1 records.
+const snapshotMagic = "LCNSNAP2"
 
 // Limits InstallSnapshot enforces on each record.
 const (
@@ -110,6 +112,8 @@ func (s *Store) InstallSnapshot(r io.Reader) error {
 	err = b.Commit(pebble.Sync)
 	if err == nil {
 		s.mu.applied, s.mu.sum = slot, sum
+		// Every cached value may have changed.
+		s.cache = newStateCache()
 	}
 	s.mu.Unlock()
 	if err != nil {

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc64"
+	"slices"
+	"strings"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -13,35 +16,30 @@ import (
 )
 
 // view reads the namespace state from a Pebble reader: the DB (reads), a
-// snapshot (snapshot export) or the slot's indexed batch (apply, which must
-// see its own writes).
+// snapshot (snapshot export) or, during apply, the DB under the slot's
+// overlay (tx).
 type view struct {
 	r   pebble.Reader
 	cfg *Config
-	// cache, during apply, holds every value read or written in the slot
-	// (absent keys as nil entries with ok false), so repeated lookups of the
-	// same records skip Pebble. INVARIANT: it agrees with the batch, because
-	// every write goes through txn.set and txn.del, which update it.
-	cache map[string]cached
-}
-
-type cached struct {
-	val []byte
-	ok  bool
+	// tx, during apply, is the slot's txn: get then sees the slot's own
+	// writes. nil otherwise.
+	tx *txn
+	// cc, for reads of the committed state under the read lock, is the
+	// Store's cache, consulted (never filled) before Pebble. nil otherwise.
+	cc *stateCache
 }
 
 // get returns the value at k, which the caller must not modify; ok is false
 // if absent.
 func (v *view) get(k []byte) (val []byte, ok bool, err error) {
-	if v.cache != nil {
-		if c, hit := v.cache[string(k)]; hit {
-			return c.val, c.ok, nil
+	if v.tx != nil {
+		e, err := v.tx.entry(k, true)
+		return e.val, e.present, err
+	}
+	if v.cc != nil {
+		if e, hit := v.cc.lookup(k); hit && (e.full || !e.present) {
+			return e.val, e.present, nil
 		}
-		val, ok, err = v.load(k)
-		if err == nil {
-			v.cache[string(k)] = cached{val, ok}
-		}
-		return val, ok, err
 	}
 	return v.load(k)
 }
@@ -165,54 +163,180 @@ func (v *view) keysWithPrefix(prefix []byte) ([][]byte, error) {
 	return out, err
 }
 
-// txn is the write side of one slot's apply: a view over the slot's indexed
-// batch that keeps the state checksum current on every write.
+// txn is the write side of one slot's apply: an overlay of every value the
+// slot read or wrote, the running state checksum, and at the end the slot's
+// batch (a plain, write-only Pebble batch).
 //
-// INVARIANT: sum is the checksum of the logical state as the batch would
-// leave it: the DB's state plus every write made through set and del.
+// Reads see the slot's own writes through the overlay, then the Store's
+// committed-value cache, then the DB (which holds the previous slot's state:
+// the Store is the only writer of its keys). Prefix scans merge the DB with
+// the overlay (keysWithPrefix, hasChildren); nothing in the apply path scans
+// otherwise. An indexed batch would do this merging for us, but makes every
+// point read merge the batch with the whole LSM; the overlay answers most
+// reads from memory.
+//
+// Writes go to the overlay only; flush puts each written key into the batch
+// once, with its final value, in key order. A slot of 100 acquires on one
+// tenant thus writes the tenant record once, and a key set and deleted
+// within the slot not at all. Memtable inserts were a fifth of apply CPU
+// once the reads were cached.
+//
+// INVARIANT: sum is the checksum of the logical state as the slot would
+// leave it: the DB's state plus every write made through set and del, which
+// the overlay holds.
 type txn struct {
 	view
-	b      *pebble.Batch
+	cache  *stateCache
+	slot   map[string]sentry
 	sum    uint64
 	writes int // number of set/del calls, to catch a failing command that wrote
 	ctr    counters
 }
 
+func (s *Store) newTxn(sum uint64) *txn {
+	t := &txn{view: s.view(s.db), cache: s.cache, slot: make(map[string]sentry), sum: sum}
+	t.tx = t
+	return t
+}
+
+// entry returns k as the slot sees it. With needVal a present entry is full;
+// without, it may carry only the hash.
+func (t *txn) entry(k []byte, needVal bool) (centry, error) {
+	se, err := t.sentry(k, needVal)
+	return se.centry, err
+}
+
+func (t *txn) sentry(k []byte, needVal bool) (sentry, error) {
+	if e, ok := t.slot[string(k)]; ok {
+		return e, nil
+	}
+	if e, ok := t.cache.lookup(k); ok && (e.full || !e.present || !needVal) {
+		return sentry{centry: e, was: e.present}, nil
+	}
+	val, ok, err := t.load(k)
+	if err != nil {
+		return sentry{}, err
+	}
+	e := sentry{centry: centry{present: ok, full: ok, val: val}, was: ok}
+	if ok {
+		e.hash = kvHash(k, val)
+	}
+	t.slot[string(k)] = e
+	return e, nil
+}
+
+// set writes val at k. REQUIRES: nobody modifies val afterwards (the
+// overlay, the batch until it commits, and the cache keep it).
 func (t *txn) set(k, val []byte) error {
-	old, ok, err := t.get(k)
+	old, err := t.sentry(k, false)
 	if err != nil {
 		return err
-	}
-	if ok {
-		if bytes.Equal(old, val) {
-			return nil
-		}
-		t.sum -= kvHash(k, old)
-	}
-	t.sum += kvHash(k, val)
-	t.writes++
-	if err := t.b.Set(k, val, nil); err != nil {
-		return fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	if val == nil {
 		val = []byte{}
 	}
-	t.cache[string(k)] = cached{val: bytes.Clone(val), ok: true}
+	if old.present {
+		if old.full && bytes.Equal(old.val, val) {
+			return nil
+		}
+		t.sum -= old.hash
+	}
+	h := kvHash(k, val)
+	t.sum += h
+	t.writes++
+	t.slot[string(k)] = sentry{centry: centry{val: val, hash: h, present: true, full: true}, dirty: true, was: old.was}
 	return nil
 }
 
 func (t *txn) del(k []byte) error {
-	old, ok, err := t.get(k)
-	if err != nil || !ok {
+	old, err := t.sentry(k, false)
+	if err != nil || !old.present {
 		return err
 	}
-	t.sum -= kvHash(k, old)
+	t.sum -= old.hash
 	t.writes++
-	if err := t.b.Delete(k, nil); err != nil {
-		return fmt.Errorf("%w: %w", ErrStorage, err)
-	}
-	t.cache[string(k)] = cached{}
+	t.slot[string(k)] = sentry{dirty: true, was: old.was}
 	return nil
+}
+
+// flush writes the slot's net changes into b, one operation per changed
+// key, in key order.
+func (t *txn) flush(b *pebble.Batch) error {
+	keys := make([]string, 0, len(t.slot))
+	for k, e := range t.slot {
+		if e.dirty && (e.present || e.was) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		e := t.slot[k]
+		var err error
+		if e.present {
+			err = b.Set(unsafeBytes(k), e.val, nil)
+		} else {
+			err = b.Delete(unsafeBytes(k), nil)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+	}
+	return nil
+}
+
+// unsafeBytes returns s's bytes without a copy, for Pebble calls that copy
+// them and never write to them.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// keysWithPrefix returns copies of the keys with the given prefix as the
+// slot sees them, in order.
+func (t *txn) keysWithPrefix(prefix []byte) ([][]byte, error) {
+	var out [][]byte
+	seen := map[string]bool{}
+	err := t.scan(prefix, nil, func(k, _ []byte) (bool, error) {
+		if e, ok := t.slot[string(k)]; ok && !e.present {
+			return true, nil
+		}
+		seen[string(k)] = true
+		out = append(out, bytes.Clone(k))
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	added := false
+	for k, e := range t.slot {
+		if e.present && strings.HasPrefix(k, string(prefix)) && !seen[k] {
+			out = append(out, []byte(k))
+			added = true
+		}
+	}
+	if added {
+		slices.SortFunc(out, bytes.Compare)
+	}
+	return out, nil
+}
+
+// hasChildren reports whether dir has a child as the slot sees it.
+func (t *txn) hasChildren(dir Path) (bool, error) {
+	prefix := childPrefix(dir)
+	found := false
+	err := t.scan(prefix, nil, func(k, _ []byte) (bool, error) {
+		if e, ok := t.slot[string(k)]; ok && !e.present {
+			return true, nil
+		}
+		found = true
+		return false, nil
+	})
+	if err != nil || found {
+		return found, err
+	}
+	for k, e := range t.slot {
+		if e.present && strings.HasPrefix(k, string(prefix)) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (t *txn) putNode(p Path, n *nodeRec) error { return t.set(nodeKey(p), encodeRec(n)) }

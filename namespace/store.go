@@ -3,6 +3,8 @@ package namespace
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -41,6 +43,11 @@ type Store struct {
 		sum     uint64
 		failed  error
 	}
+
+	// cache holds committed values (cache.go). The applier reads it
+	// without a lock and changes it only with mu held for writing; readers
+	// read it with mu held for reading. Replaced by InstallSnapshot.
+	cache *stateCache
 }
 
 // Open returns the Store over db's namespace keys, recovering the applied
@@ -53,7 +60,7 @@ func Open(db *pebble.DB, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, cfg: cfg, wo: pebble.NoSync}
+	s := &Store{db: db, cfg: cfg, wo: pebble.NoSync, cache: newStateCache()}
 	if cfg.Sync {
 		s.wo = pebble.Sync
 	}
@@ -63,11 +70,9 @@ func Open(db *pebble.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if ok {
-		if len(meta) != 16 {
-			return nil, fmt.Errorf("%w: meta record of %d bytes", ErrCorrupt, len(meta))
+		if s.mu.applied, s.mu.sum, err = parseMeta(meta); err != nil {
+			return nil, err
 		}
-		s.mu.applied = binary.BigEndian.Uint64(meta[:8])
-		s.mu.sum = binary.BigEndian.Uint64(meta[8:])
 	} else {
 		var any bool
 		if err := v.scan(keyStart, nil, func(_, _ []byte) (bool, error) { any = true; return false, nil }); err != nil {
@@ -137,9 +142,13 @@ func (s *Store) ApplySlot(slot uint64, cmds [][]byte) ([]Result, error) {
 	case slot != applied+1:
 		return nil, fmt.Errorf("%w: slot %d after applied %d", ErrSlotGap, slot, applied)
 	}
-	b := s.db.NewIndexedBatch()
+	t := s.newTxn(sum)
+	results, sum, err := s.applyBatch(t, cmds)
+	b := s.db.NewBatch()
 	defer b.Close()
-	results, sum, err := s.applyBatch(b, cmds, sum)
+	if err == nil {
+		err = t.flush(b)
+	}
 	if err == nil {
 		err = b.Set(keyMeta, metaValue(slot, sum), nil)
 	}
@@ -148,18 +157,26 @@ func (s *Store) ApplySlot(slot uint64, cmds [][]byte) ([]Result, error) {
 		err = b.Commit(s.wo)
 		if err == nil {
 			s.mu.applied, s.mu.sum = slot, sum
+			s.cache.promote(t.slot)
 		}
 		s.mu.Unlock()
 	}
 	if err != nil {
 		return nil, s.fail(fmt.Errorf("applying slot %d: %w", slot, err))
 	}
+	if invariants.Enabled {
+		var keys []string // nil: check every entry
+		if !invariants.Sometimes(5) {
+			keys = slices.Collect(maps.Keys(t.slot))
+		}
+		if err := s.checkCache(keys); err != nil {
+			panic(fmt.Sprintf("namespace: BUG: after slot %d: %v", slot, err))
+		}
+	}
 	return results, nil
 }
 
-func (s *Store) applyBatch(b *pebble.Batch, cmds [][]byte, sum uint64) ([]Result, uint64, error) {
-	t := &txn{view: s.view(b), b: b, sum: sum}
-	t.cache = map[string]cached{}
+func (s *Store) applyBatch(t *txn, cmds [][]byte) ([]Result, uint64, error) {
 	ctr, err := t.counters()
 	if err != nil {
 		return nil, 0, err
@@ -199,9 +216,27 @@ func (s *Store) applyBatch(b *pebble.Batch, cmds [][]byte, sum uint64) ([]Result
 	return results, t.sum, nil
 }
 
+// metaValue is the meta record: the store format, the applied slot and the
+// state checksum.
 func metaValue(slot, sum uint64) []byte {
-	b := binary.BigEndian.AppendUint64(nil, slot)
+	b := make([]byte, 0, metaLen)
+	b = append(b, storeFormat)
+	b = binary.BigEndian.AppendUint64(b, slot)
 	return binary.BigEndian.AppendUint64(b, sum)
+}
+
+// parseMeta inverts metaValue. A store of another format gives ErrFormat.
+func parseMeta(meta []byte) (slot, sum uint64, err error) {
+	switch {
+	case len(meta) == 16:
+		// Format 1 had no format byte: slot and checksum only.
+		return 0, 0, fmt.Errorf("%w: store format 1 (msgpack records); this build reads format %d only", ErrFormat, storeFormat)
+	case len(meta) != metaLen:
+		return 0, 0, fmt.Errorf("%w: meta record of %d bytes", ErrCorrupt, len(meta))
+	case meta[0] != storeFormat:
+		return 0, 0, fmt.Errorf("%w: store format %d; this build reads format %d only", ErrFormat, meta[0], storeFormat)
+	}
+	return binary.BigEndian.Uint64(meta[1:9]), binary.BigEndian.Uint64(meta[9:]), nil
 }
 
 // fail records a storage failure; later ApplySlot and InstallSnapshot calls
