@@ -6,8 +6,11 @@ FUZZTIME  ?= 30s
 SIMSEEDS  ?= 20000
 DURATION  ?= 2m
 SEED      ?= 0
+BENCH_DURATION ?= 3s
+PEERS_DURATION ?= 10s
+PEERS_SESSIONS ?= 10000
 
-.PHONY: all test test-race lint sim fuzz bench nemesis run build clean
+.PHONY: all test test-race lint sim fuzz bench bench-peers nemesis run build clean
 
 all: build
 
@@ -36,15 +39,32 @@ sim:
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
 
-## bench: the Go benchmarks, briefly.
+## bench: the Go benchmarks, briefly, then the lockcell-only harness suite
+## (bench/) briefly against a cell of lockcelld processes.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 $(PKGS) >/dev/null
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+	$(GO) build -o bin/ ./cmd/... ./bench/cmd/...
+	./bin/lockcell-bench --clients 1,64 --duration $(BENCH_DURATION) --sessions 1000 \
+		--json bin/bench.jsonl --svg bin/bench.svg --max-time 10m
+
+## bench-peers: lockcell, etcd and ZooKeeper side by side (installs etcd and
+## ZooKeeper from Debian's packages; starts and stops five-node clusters).
+bench-peers:
+	./bench/scripts/install-peers.sh
+	$(GO) build -o bin/ ./cmd/... ./bench/cmd/...
+	cd bench/peers && $(GO) build -o ../../bin/ ./cmd/bench-peers
+	./bin/bench-peers --clients 1,64 --duration $(PEERS_DURATION) --sessions $(PEERS_SESSIONS) \
+		--json bin/bench-peers.jsonl --svg bin/bench-peers.svg --max-time 60m
 
 ## run: build and start a local five-replica cell (data under ./data/dev).
 run:
 	$(GO) build -o bin/ ./cmd/...
 	./bin/lockcelld dev --dir data/dev
+
+## nemesis: the fault-injection suite on real processes (DURATION, SEED; SEED=0 picks one).
+nemesis:
+	$(GO) run ./tools/nemesis/cmd/nemesis -duration $(DURATION) -seed $(SEED)
 
 clean:
 	rm -rf bin

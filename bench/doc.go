@@ -1,0 +1,32 @@
+// Package bench is lockcell's benchmark harness: the same lock workloads run
+// against lockcell, etcd and ZooKeeper through one Driver interface, with
+// the statistics, progress line, summary table, JSON lines and SVG plot that
+// report them.
+//
+// The workloads (see Workload):
+//
+//   - uncontended: C clients, each acquiring and releasing its own lock;
+//   - contended: C clients on one lock, counting hand-overs, with a
+//     FencedCounter checking that no two holders overlapped and that fencing
+//     tokens only grew;
+//   - readheavy and readheavy-cache: reads of a set of small files with a
+//     small write rate, with the client cache off and on;
+//   - sessions: S sessions opened and held; server CPU per session-second
+//     from /proc of the server processes, their memory, lost sessions;
+//   - failover-kill and failover-stepdown: clients loop while the master is
+//     killed (SIGKILL) or asked to hand over (SIGTERM); time to the next
+//     successful acquire, the longest gap, sessions lost;
+//   - noisy: one tenant floods while another runs a paced workload; the
+//     quiet tenant's latency alone and under the flood.
+//
+// The lockcell driver (NewLockcellDriver) runs against a cell of real
+// processes started the way an operator would (`lockcelld init`, then one
+// `lockcelld serve` per replica; see ProcCell), or against an in-process
+// cell (cell.StartLocal) for the smoke test. The etcd and ZooKeeper drivers
+// live in the separate module bench/peers so that the main module does not
+// depend on their client libraries; its binary calls Main with them.
+//
+// Concurrency: a Driver and the Clients it returns are used by many
+// goroutines at once (one per client); a Histogram is not safe for
+// concurrent use (each worker keeps its own and they are merged).
+package bench

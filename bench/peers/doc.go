@@ -1,0 +1,8 @@
+// Package peers holds the benchmark drivers for the systems lockcell is
+// compared with — etcd (go.etcd.io/etcd/client/v3, concurrency.Mutex) and
+// ZooKeeper (github.com/go-zookeeper/zk, Lock) — in a Go module of its own,
+// so that lockcell's module does not depend on their client libraries. The
+// clusters are five-node ones on loopback started by
+// bench/scripts/etcd-cluster.sh and zk-cluster.sh, which this package calls
+// to start, stop, list and restart members.
+package peers
