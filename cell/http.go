@@ -29,8 +29,9 @@ func (r *Replica) startHTTP() error {
 	})
 	mux.HandleFunc("/{$}", r.serveStatusPage)
 	if r.cfg.Faults != nil {
-		mux.Handle("/debug/faults", r.cfg.Faults.Handler())
-		mux.Handle("/debug/faults/", r.cfg.Faults.Handler())
+		h := http.StripPrefix("/debug/faults", r.cfg.Faults.Handler())
+		mux.Handle("/debug/faults", h)
+		mux.Handle("/debug/faults/", h)
 	}
 	r.httpLn = ln
 	r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
@@ -185,7 +187,15 @@ func initCell(dir, name string, addrs []string, httpBase int, faults bool) error
 	if err := write("certs/ca-key.pem", caKey); err != nil {
 		return err
 	}
-	if _, err := cell.LoadOrCreateSigningKey(filepath.Join(dir, "certs", "signing-key.pem")); err != nil {
+	signing, err := cell.LoadOrCreateSigningKey(filepath.Join(dir, "certs", "signing-key.pem"))
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(signing.Public())
+	if err != nil {
+		return err
+	}
+	if err := write("certs/signing-pub.pem", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})); err != nil {
 		return err
 	}
 	replicas := map[string]string{}
@@ -243,7 +253,7 @@ func initCell(dir, name string, addrs []string, httpBase int, faults bool) error
 	if err := write("certs/admin-key.pem", keyPEM); err != nil {
 		return err
 	}
-	cf := cell.ClientFile{Cell: name, Addrs: addrs, CA: "certs/ca.pem", AdminCert: "certs/admin.pem", AdminKey: "certs/admin-key.pem"}
+	cf := cell.ClientFile{Cell: name, Addrs: addrs, CA: "certs/ca.pem", AdminCert: "certs/admin.pem", AdminKey: "certs/admin-key.pem", PublicKey: "certs/signing-pub.pem"}
 	b, _ := json.MarshalIndent(cf, "", "  ")
 	return write("client.json", append(b, '\n'))
 }

@@ -1,0 +1,749 @@
+package nemesis
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/transport"
+)
+
+// Weakenings of a run that the checkers must catch.
+const (
+	// WeakenNoFence switches the resource's sequencer check off.
+	WeakenNoFence = "nofence"
+	// WeakenSkew runs one replica's clock at twice the tick length (far
+	// beyond the 1% drift bound) and isolates it whenever it is master.
+	WeakenSkew = "skew"
+)
+
+// Options configures a run.
+type Options struct {
+	// Duration is how long faults are injected.
+	Duration time.Duration
+	// Seed seeds the fault schedule and the workers.
+	Seed uint64
+	// Workers is K, the number of worker processes (at least 4: fenced,
+	// zombie, register, ack-set). If zero, 6.
+	Workers int
+	// Dir, if set, holds the run's files and is kept; otherwise a temporary
+	// directory is used and removed unless the run fails.
+	Dir string
+	// Lockcelld is the lockcelld binary; if empty it is built.
+	Lockcelld string
+	// WorkerArgv returns the command line of a worker process given its
+	// config file. If nil, this executable with arguments "worker FILE".
+	WorkerArgv func(configFile string) []string
+	// Weaken is "", WeakenNoFence or WeakenSkew.
+	Weaken string
+	// SessionLease is the cell's session lease. If zero, 3 s.
+	SessionLease time.Duration
+	// RecoveryBound is how long the cell may take to serve a write after
+	// the faults stop. If zero, 30 s.
+	RecoveryBound time.Duration
+	// Logger receives progress logs. If nil, nothing is logged.
+	Logger *slog.Logger
+}
+
+// MasterLease is the master lease of the cell's default timings (100 ticks
+// of 10 ms).
+const MasterLease = time.Second
+
+// DriftBound is the cell's default clock-rate drift bound (1%).
+const DriftBound = 0.01
+
+// Result is the outcome of a run.
+type Result struct {
+	Seed       uint64
+	Weaken     string
+	Duration   time.Duration
+	Dir        string
+	Violations []Violation
+	// Operations counts completed worker operations by kind ("get", "set",
+	// "cas", "create", "fenced") and outcome.
+	Operations map[string]map[string]int
+	// Faults counts injected faults by kind.
+	Faults map[string]int
+	// Failovers counts changes of the serving master seen by the sampler.
+	Failovers int
+	// ResourceAccepted and ResourceRejected count the resource's writes.
+	ResourceAccepted, ResourceRejected int
+	// AckedCreates counts acknowledged creates checked at the end.
+	AckedCreates int
+	// RegisterOps is the number of register operations checked; Decided
+	// is false if porcupine timed out.
+	RegisterOps int
+	Decided     bool
+	// Recovery is how long the cell took to serve a write after the faults
+	// stopped.
+	Recovery time.Duration
+	// Notes lists things worth knowing that are not violations (faults that
+	// could not be injected, for example).
+	Notes []string
+	// HistoryFile is the history written for a failed run ("" if none).
+	HistoryFile string
+}
+
+// OK reports a run without violations.
+func (r *Result) OK() bool { return len(r.Violations) == 0 }
+
+// run is the state of one run.
+type run struct {
+	opts Options
+	log  *slog.Logger
+	rng  *rand.Rand
+	dir  string
+	c    *Cluster
+	res  *resource
+
+	mu      sync.Mutex
+	history []Entry
+	samples []Sample
+	faults  map[string]int
+	notes   []string
+
+	faultsOK bool
+}
+
+const prefix = "/" + Tenant
+
+func (r *run) record(e Entry) {
+	if e.Time == 0 {
+		e.Time = time.Now().UnixNano()
+	}
+	r.mu.Lock()
+	r.history = append(r.history, e)
+	r.mu.Unlock()
+}
+
+func (r *run) note(format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	r.log.Info(text)
+	r.record(Entry{Source: "nemesis", Type: TypeNote, Text: text})
+	r.mu.Lock()
+	r.notes = append(r.notes, text)
+	r.mu.Unlock()
+}
+
+// Run runs one nemesis schedule and its checks. Every process it starts is
+// gone when it returns. The error reports a run that could not be carried
+// out (the cell never started, say); violations are in the Result.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	if opts.Duration <= 0 {
+		return nil, errors.New("nemesis: Duration must be positive")
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 6
+	}
+	if opts.Workers < 4 {
+		return nil, errors.New("nemesis: at least 4 workers")
+	}
+	if opts.Weaken != "" && opts.Weaken != WeakenNoFence && opts.Weaken != WeakenSkew {
+		return nil, fmt.Errorf("nemesis: unknown weakening %q", opts.Weaken)
+	}
+	if opts.SessionLease == 0 {
+		opts.SessionLease = 3 * time.Second
+	}
+	if opts.RecoveryBound == 0 {
+		opts.RecoveryBound = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.WorkerArgv == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		opts.WorkerArgv = func(f string) []string { return []string{exe, "worker", f} }
+	}
+	dir := opts.Dir
+	keep := dir != ""
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "nemesis-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &run{opts: opts, log: opts.Logger, rng: rand.New(rand.NewPCG(opts.Seed, 0x6e656d)), dir: dir, faults: map[string]int{}}
+	result, err := r.run(ctx)
+	if result != nil {
+		result.Dir = dir
+	}
+	if !keep && err == nil && result.OK() {
+		_ = os.RemoveAll(dir)
+		result.Dir = ""
+	}
+	return result, err
+}
+
+func (r *run) run(ctx context.Context) (*Result, error) {
+	if r.opts.Lockcelld == "" {
+		bin, err := BuildLockcelld(ctx, r.dir)
+		if err != nil {
+			return nil, err
+		}
+		r.opts.Lockcelld = bin
+	}
+	c, err := StartCluster(ctx, ClusterConfig{Dir: r.dir, Lockcelld: r.opts.Lockcelld, SessionLease: r.opts.SessionLease, Logger: r.log})
+	if err != nil {
+		return nil, err
+	}
+	r.c = c
+	defer c.KillAll()
+	if err := c.FaultsAvailable(ctx, 1); err != nil {
+		r.note("partitions disabled: /debug/faults does not answer (%v)", err)
+	} else {
+		r.faultsOK = true
+	}
+	if r.opts.Weaken == WeakenSkew && !r.faultsOK {
+		return nil, errors.New("nemesis: the skew run needs /debug/faults to isolate the master")
+	}
+	if err := r.setupNamespace(ctx); err != nil {
+		return nil, err
+	}
+	res, err := startResource(c.PublicKey, c.Name, prefix, r.opts.Weaken != WeakenNoFence)
+	if err != nil {
+		return nil, err
+	}
+	r.res = res
+	defer res.close()
+
+	sctx, stopSampler := context.WithCancel(ctx)
+	var samplerDone sync.WaitGroup
+	samplerDone.Add(1)
+	go func() { defer samplerDone.Done(); r.sample(sctx) }()
+	defer func() { stopSampler(); samplerDone.Wait() }()
+
+	workers, err := r.startWorkers()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, w := range workers {
+			w.p.kill()
+		}
+	}()
+
+	start := time.Now()
+	fctx, cancel := context.WithTimeout(ctx, r.opts.Duration)
+	if r.opts.Weaken == WeakenSkew {
+		r.skewSchedule(fctx)
+	} else {
+		r.schedule(fctx)
+	}
+	cancel()
+	elapsed := time.Since(start)
+
+	// The faults stop: heal, restart and continue every replica.
+	hctx, hcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer hcancel()
+	healStart := time.Now()
+	r.healEverything(hctx)
+	recovery, rerr := r.awaitWrite(hctx, healStart)
+	// Let the workers run a little on the healed cell, then stop them.
+	sleepCtx(ctx, 2*time.Second)
+	r.stopWorkers(workers)
+	stopSampler()
+	samplerDone.Wait()
+
+	result := &Result{Seed: r.opts.Seed, Weaken: r.opts.Weaken, Duration: elapsed, Recovery: recovery, Faults: r.faults}
+	if rerr != nil {
+		result.Violations = append(result.Violations, Violation{CheckerRecovery, rerr.Error()})
+	} else if recovery > r.opts.RecoveryBound {
+		result.Violations = append(result.Violations, Violation{CheckerRecovery, fmt.Sprintf("the cell took %v to serve a write after the faults stopped (bound %v)", recovery.Round(time.Millisecond), r.opts.RecoveryBound)})
+	}
+	r.finalChecks(result)
+	if r.opts.Dir != "" {
+		if err := r.writeSamples(filepath.Join(r.dir, "samples.jsonl")); err != nil {
+			r.note("writing the samples: %v", err)
+		}
+	}
+	if !result.OK() {
+		result.HistoryFile = filepath.Join(r.dir, "history.jsonl")
+		if err := r.writeHistory(result.HistoryFile); err != nil {
+			r.note("writing the history: %v", err)
+		}
+	}
+	r.mu.Lock()
+	result.Notes = append(result.Notes, r.notes...)
+	r.mu.Unlock()
+	return result, nil
+}
+
+// setupNamespace creates the workloads' files: lock nodes
+// (no lock-delay, so that a zombie's successor comes at once) and the
+// ack-set directory.
+func (r *run) setupNamespace(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cl, err := r.c.WorkerClient(sctx, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	s, err := cl.NewSession(sctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close(sctx)
+	type node struct {
+		path string
+		opts client.OpenOptions
+	}
+	nodes := []node{{AckDir(prefix), client.OpenOptions{Create: true, Dir: true}}, {prefix + "/probe", client.OpenOptions{Create: true}}}
+	for i := range fencedLocks {
+		nodes = append(nodes, node{LockPath(prefix, i), client.OpenOptions{Create: true, LockDelay: -1}})
+	}
+	for _, n := range nodes {
+		h, err := s.Open(sctx, n.path, n.opts)
+		if err != nil {
+			return fmt.Errorf("nemesis: creating %s: %w", n.path, err)
+		}
+		_ = h.Close(sctx)
+	}
+	return nil
+}
+
+const (
+	registerKeys = 3
+	fencedLocks  = 2
+)
+
+type workerProc struct {
+	id    int
+	role  string
+	p     *proc
+	stdin io.WriteCloser
+	mu    sync.Mutex // serializes writes to stdin
+	done  chan struct{}
+}
+
+func (r *run) roles() []string {
+	roles := []string{RoleFenced, RoleZombie, RoleRegister, RoleAckSet}
+	extra := []string{RoleRegister, RoleFenced, RoleRegister, RoleAckSet, RoleZombie}
+	for i := 0; len(roles) < r.opts.Workers; i++ {
+		roles = append(roles, extra[i%len(extra)])
+	}
+	return roles
+}
+
+func (r *run) startWorkers() ([]*workerProc, error) {
+	var out []*workerProc
+	for id, role := range r.roles() {
+		cfg := WorkerConfig{
+			ID: id, Role: role, ClientFile: r.c.ClientFile, ResourceURL: r.res.url(), Prefix: prefix,
+			Seed: r.opts.Seed ^ uint64(id+1)*0x9e3779b97f4a7c15, RegisterKeys: registerKeys, Locks: fencedLocks,
+			PauseMin: r.opts.SessionLease * 3 / 2, PauseMax: r.opts.SessionLease * 3, GracePeriod: 10 * time.Second,
+		}
+		b, _ := json.Marshal(cfg)
+		file := filepath.Join(r.dir, fmt.Sprintf("worker-%d.json", id))
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			return out, err
+		}
+		stdinR, stdinW, err := os.Pipe()
+		if err != nil {
+			return out, err
+		}
+		stdoutR, stdoutW, err := os.Pipe()
+		if err != nil {
+			return out, err
+		}
+		p, err := startProc(fmt.Sprintf("worker %d", id), r.opts.WorkerArgv(file),
+			filepath.Join(r.dir, "logs", fmt.Sprintf("worker-%d.log", id)), stdinR, stdoutW)
+		stdinR.Close()
+		stdoutW.Close()
+		if err != nil {
+			stdinW.Close()
+			stdoutR.Close()
+			return out, err
+		}
+		w := &workerProc{id: id, role: role, p: p, stdin: stdinW, done: make(chan struct{})}
+		out = append(out, w)
+		go r.readWorker(w, stdoutR)
+	}
+	return out, nil
+}
+
+// readWorker collects a worker's history and serves its pause requests.
+func (r *run) readWorker(w *workerProc, out io.ReadCloser) {
+	defer close(w.done)
+	defer out.Close()
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			continue
+		}
+		r.record(e)
+		if e.Type == TypePause {
+			go r.pauseWorker(w, time.Duration(e.Dur))
+		}
+	}
+}
+
+// pauseWorker SIGSTOPs a worker that asked for it, SIGCONTs it after d and
+// tells it to resume.
+func (r *run) pauseWorker(w *workerProc, d time.Duration) {
+	if err := w.p.signal(syscall.SIGSTOP); err != nil {
+		return
+	}
+	r.mu.Lock()
+	r.faults["pause-worker"]++
+	r.mu.Unlock()
+	time.Sleep(d) // NB: the pause itself is the fault; nothing to wait for.
+	_ = w.p.signal(syscall.SIGCONT)
+	w.mu.Lock()
+	_, _ = io.WriteString(w.stdin, "resume\n")
+	w.mu.Unlock()
+}
+
+// stopWorkers closes the workers' stdin (their signal to stop) and kills
+// those that do not exit in time.
+func (r *run) stopWorkers(ws []*workerProc) {
+	for _, w := range ws {
+		_ = w.p.signal(syscall.SIGCONT)
+		w.mu.Lock()
+		w.stdin.Close()
+		w.mu.Unlock()
+	}
+	deadline := time.After(15 * time.Second)
+	for _, w := range ws {
+		select {
+		case <-w.p.done:
+		case <-deadline:
+		}
+		w.p.kill()
+		<-w.done
+	}
+}
+
+// sample polls every replica's status page every 50 ms.
+func (r *run) sample(ctx context.Context) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, id := range r.c.IDs() {
+			run, inc := r.c.Running(id)
+			if !run || r.c.Paused(id) {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				mctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				defer cancel()
+				sent := time.Now().UnixNano()
+				ms, err := r.c.MasterOf(mctx, id)
+				recv := time.Now().UnixNano()
+				if _, inc2 := r.c.Running(id); err != nil || inc2 != inc {
+					return
+				}
+				r.mu.Lock()
+				r.samples = append(r.samples, Sample{ID: id, Incarnation: inc, Sent: sent, Recv: recv, MasterSample: ms})
+				r.mu.Unlock()
+			}()
+		}
+	}
+}
+
+// healEverything ends every fault: rules healed, paused replicas continued,
+// stopped ones started, skewed ones restarted with normal clocks and disks.
+func (r *run) healEverything(ctx context.Context) {
+	for _, id := range r.c.IDs() {
+		if r.c.Paused(id) {
+			_ = r.c.Resume(id)
+		}
+		if scale, delay := r.c.Skewed(id); scale != 0 || delay != 0 {
+			if err := r.c.Restart(id, 0, 0); err != nil {
+				r.note("restarting replica %d: %v", id, err)
+			}
+		}
+		if run, _ := r.c.Running(id); !run {
+			if err := r.c.Start(id); err != nil {
+				r.note("starting replica %d: %v", id, err)
+			}
+		}
+	}
+	if r.faultsOK {
+		r.c.HealAll(ctx)
+	}
+	r.record(Entry{Source: "nemesis", Type: TypeHeal, Text: "all faults healed"})
+}
+
+// awaitWrite measures how long the cell takes to serve a write.
+func (r *run) awaitWrite(ctx context.Context, since time.Time) (time.Duration, error) {
+	for {
+		err := r.probeWrite(ctx)
+		if err == nil {
+			return time.Since(since), nil
+		}
+		if ctx.Err() != nil {
+			return time.Since(since), fmt.Errorf("the cell served no write within %v after the faults stopped: %w", time.Since(since).Round(time.Millisecond), err)
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+}
+
+func (r *run) probeWrite(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cl, err := r.c.WorkerClient(pctx, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	s, err := cl.NewSession(pctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close(pctx)
+	h, err := s.Open(pctx, prefix+"/probe", client.OpenOptions{Create: true})
+	if err != nil {
+		return err
+	}
+	_, err = h.SetContents(pctx, []byte(time.Now().String()))
+	return err
+}
+
+func (r *run) finalChecks(res *Result) {
+	r.mu.Lock()
+	history := append([]Entry(nil), r.history...)
+	samples := append([]Sample(nil), r.samples...)
+	r.mu.Unlock()
+	sort.SliceStable(history, func(i, j int) bool { return history[i].Time < history[j].Time })
+
+	res.Operations = map[string]map[string]int{}
+	for _, e := range history {
+		if e.Op == "" || e.Type == TypeInvoke || e.Source == "nemesis" {
+			continue
+		}
+		if res.Operations[e.Op] == nil {
+			res.Operations[e.Op] = map[string]int{}
+		}
+		res.Operations[e.Op][e.Type]++
+	}
+	// The resource.
+	recs := r.res.records()
+	for _, rec := range recs {
+		if rec.Accepted {
+			res.ResourceAccepted++
+		} else {
+			res.ResourceRejected++
+		}
+	}
+	res.Violations = append(res.Violations, CheckResource(recs, lockOfKey(prefix))...)
+	// The ack set.
+	present, err := r.listAcks()
+	if err != nil {
+		res.Violations = append(res.Violations, Violation{CheckerAckSet, "cannot list the ack-set directory at the end: " + err.Error()})
+	} else {
+		var vs []Violation
+		res.AckedCreates, vs = CheckAckSet(history, present)
+		res.Violations = append(res.Violations, vs...)
+	}
+	// Registers.
+	var vs []Violation
+	res.RegisterOps, res.Decided, vs = CheckRegisters(history, time.Minute)
+	res.Violations = append(res.Violations, vs...)
+	if !res.Decided {
+		r.note("porcupine timed out: the register history is undecided")
+	}
+	// Masters. A sampler that never saw a master would make this check
+	// vacuous (say, if the status page changed its format): that fails too.
+	served := false
+	for _, s := range samples {
+		served = served || s.Master
+	}
+	if !served {
+		res.Violations = append(res.Violations, Violation{CheckerOverlap, fmt.Sprintf("the sampler saw no replica serve as master in %d polls: the check would be vacuous", len(samples))})
+	}
+	res.Violations = append(res.Violations, CheckOverlap(samples)...)
+	res.Failovers = countFailovers(samples)
+	// Checksums.
+	if v := r.checkChecksums(); v != nil {
+		res.Violations = append(res.Violations, *v)
+	}
+}
+
+func countFailovers(samples []Sample) int {
+	sort.Slice(samples, func(i, j int) bool { return samples[i].Sent < samples[j].Sent })
+	var last uint64
+	n := 0
+	for _, s := range samples {
+		if !s.Master {
+			continue
+		}
+		if last != 0 && s.ID != last {
+			n++
+		}
+		last = s.ID
+	}
+	return n
+}
+
+func (r *run) listAcks() (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := r.c.WorkerClient(ctx, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	s, err := cl.NewSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close(ctx)
+	h, err := s.Open(ctx, AckDir(prefix), client.OpenOptions{})
+	if err != nil {
+		return nil, err
+	}
+	ents, err := h.ReadDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		out[AckDir(prefix)+"/"+e.Name] = true
+	}
+	return out, nil
+}
+
+// checkChecksums waits until every replica has applied the same slot and
+// compares their state checksums.
+func (r *run) checkChecksums() *Violation {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last string
+	for {
+		sts := map[uint64]*api.CellStatusResponse{}
+		for _, id := range r.c.IDs() {
+			st, err := r.c.Status(ctx, id)
+			if err != nil {
+				last = fmt.Sprintf("replica %d: %v", id, err)
+				break
+			}
+			sts[id] = st
+		}
+		if len(sts) == len(r.c.IDs()) {
+			same := true
+			var ref *api.CellStatusResponse
+			for _, id := range r.c.IDs() {
+				st := sts[id]
+				if ref == nil {
+					ref = st
+					continue
+				}
+				if st.Applied != ref.Applied {
+					same = false
+					break
+				}
+				if st.Checksum != ref.Checksum {
+					return &Violation{CheckerChecksums, fmt.Sprintf("replicas %d and %d applied slot %d with checksums %016x and %016x", ref.Replica, st.Replica, st.Applied, ref.Checksum, st.Checksum)}
+				}
+			}
+			if same && ref.Applied > 0 {
+				return nil
+			}
+			var parts []string
+			for _, id := range r.c.IDs() {
+				parts = append(parts, fmt.Sprintf("%d@%d", id, sts[id].Applied))
+			}
+			last = "applied slots differ: " + strings.Join(parts, " ")
+		}
+		select {
+		case <-ctx.Done():
+			return &Violation{CheckerChecksums, "replicas did not converge within 30s: " + last}
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (r *run) writeHistory(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	bw := bufio.NewWriter(f)
+	enc := json.NewEncoder(bw)
+	r.mu.Lock()
+	h := append([]Entry(nil), r.history...)
+	r.mu.Unlock()
+	sort.SliceStable(h, func(i, j int) bool { return h[i].Time < h[j].Time })
+	for _, e := range h {
+		_ = enc.Encode(e)
+	}
+	for _, rec := range r.res.records() {
+		_ = enc.Encode(map[string]any{"src": "resource", "seq": rec.Seq, "key": rec.Key, "v": string(rec.Value),
+			"gen": rec.Sequencer.Generation, "instance": rec.Sequencer.Instance, "accepted": rec.Accepted, "reason": rec.Reason})
+	}
+	return bw.Flush()
+}
+
+// writeSamples writes the sampler's polls (kept runs only, for diagnosis).
+func (r *run) writeSamples(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	bw := bufio.NewWriter(f)
+	enc := json.NewEncoder(bw)
+	r.mu.Lock()
+	ss := append([]Sample(nil), r.samples...)
+	r.mu.Unlock()
+	sort.Slice(ss, func(i, j int) bool { return ss[i].Sent < ss[j].Sent })
+	for _, s := range ss {
+		_ = enc.Encode(s)
+	}
+	return bw.Flush()
+}
+
+// faultRules helpers.
+
+func partitionRules(a, b []uint64) transport.FaultState {
+	var st transport.FaultState
+	for _, x := range a {
+		for _, y := range b {
+			st.Rules = append(st.Rules, transport.Rule{From: x, To: y, Partition: true}, transport.Rule{From: y, To: x, Partition: true})
+		}
+	}
+	return st
+}
+
+// setEverywhere installs st on every running replica.
+func (r *run) setEverywhere(ctx context.Context, st transport.FaultState) {
+	for _, id := range r.c.IDs() {
+		if run, _ := r.c.Running(id); run && !r.c.Paused(id) {
+			if err := r.c.SetFaults(ctx, id, st); err != nil {
+				r.note("faults on replica %d: %v", id, err)
+			}
+		}
+	}
+}
