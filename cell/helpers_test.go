@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,12 +40,17 @@ func startCell(t testing.TB, n int, tune func(*cell.Config)) *cell.LocalCell {
 // follows NotMaster, and makes one call per stream. The real client library
 // (package client) adds sessions with jeopardy and grace, caching and
 // recipes.
+//
+// It is safe for concurrent use (a test keeps a session alive in one
+// goroutine while it calls in another): mu guards conn, epoch and ack.
 type testClient struct {
-	t     testing.TB
-	lc    *cell.LocalCell
-	cert  tls.Certificate
+	t    testing.TB
+	lc   *cell.LocalCell
+	cert tls.Certificate
+	sess uint64
+
+	mu    sync.Mutex
 	conn  *transport.ClientConn
-	sess  uint64
 	epoch uint64
 	ack   uint64
 }
@@ -62,19 +68,18 @@ func newTestClient(t testing.TB, lc *cell.LocalCell, tenant, principal string) *
 		t.Fatal(err)
 	}
 	c := &testClient{t: t, lc: lc, cert: cert}
-	t.Cleanup(func() {
-		if c.conn != nil {
-			_ = c.conn.Close()
-		}
-	})
+	t.Cleanup(func() { c.setConn(nil) })
 	return c
 }
 
 // dial connects to the master (or, failing that, any replica).
 func (c *testClient) dial(ctx context.Context) error {
-	if c.conn != nil {
-		_ = c.conn.Close()
-		c.conn = nil
+	c.mu.Lock()
+	old := c.conn
+	c.conn = nil
+	c.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
 	}
 	addrs := c.lc.Addrs()
 	start := 0
@@ -85,18 +90,29 @@ func (c *testClient) dial(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.conn = conn
+	c.setConn(conn)
 	return nil
+}
+
+// setConn installs conn, closing the one it replaces.
+func (c *testClient) setConn(conn *transport.ClientConn) {
+	c.mu.Lock()
+	old := c.conn
+	c.conn = conn
+	c.mu.Unlock()
+	if old != nil && old != conn {
+		_ = old.Close()
+	}
 }
 
 // dialOnly connects to one replica.
 func (c *testClient) dialOnly(ctx context.Context, addr string) error {
-	if c.conn != nil {
-		_ = c.conn.Close()
-	}
 	conn, err := transport.Dial(ctx, transport.DialConfig{Addrs: []string{addr}, CA: c.lc.CA.Pool(), Certificate: &c.cert, HandshakeTimeout: 2 * time.Second})
-	c.conn = conn
-	return err
+	if err != nil {
+		return err
+	}
+	c.setConn(conn)
+	return nil
 }
 
 // call makes one RPC; on NotMaster, Unavailable or a broken connection it
@@ -124,15 +140,32 @@ func (c *testClient) call(ctx context.Context, m api.Method, req, resp any, retr
 }
 
 func (c *testClient) callOnce(ctx context.Context, m api.Method, req, resp any) error {
-	if c.conn == nil {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn == nil {
 		if err := c.dial(ctx); err != nil {
 			return err
 		}
+		c.mu.Lock()
+		conn = c.conn
+		c.mu.Unlock()
+		if conn == nil {
+			return transport.ErrConnClosed
+		}
 	}
-	f, err := c.conn.Call(ctx, uint16(m), req)
+	f, err := conn.Call(ctx, uint16(m), req)
 	if err != nil {
-		_ = c.conn.Close()
-		c.conn = nil
+		if ctx.Err() == nil {
+			// The connection is broken: drop it (unless another caller
+			// already replaced it).
+			c.mu.Lock()
+			if c.conn == conn {
+				c.conn = nil
+			}
+			c.mu.Unlock()
+			_ = conn.Close()
+		}
 		return err
 	}
 	switch f.Tag {
@@ -148,7 +181,11 @@ func (c *testClient) callOnce(ctx context.Context, m api.Method, req, resp any) 
 	return errors.New("unexpected reply tag")
 }
 
-func (c *testClient) header() api.Header { return api.Header{Session: c.sess, Epoch: c.epoch} }
+func (c *testClient) header() api.Header {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return api.Header{Session: c.sess, Epoch: c.epoch}
+}
 
 func (c *testClient) createSession(ctx context.Context) {
 	c.t.Helper()
@@ -156,14 +193,20 @@ func (c *testClient) createSession(ctx context.Context) {
 	if err := c.call(ctx, api.MethodCreateSession, &api.CreateSessionRequest{}, &resp, true); err != nil {
 		c.t.Fatalf("CreateSession: %v", err)
 	}
+	c.mu.Lock()
 	c.sess, c.epoch = resp.Session, resp.Epoch
+	c.mu.Unlock()
 }
 
 // keepAlive makes one KeepAlive call and acknowledges its events.
 func (c *testClient) keepAlive(ctx context.Context) (api.KeepAliveResponse, error) {
 	var resp api.KeepAliveResponse
-	err := c.call(ctx, api.MethodKeepAlive, &api.KeepAliveRequest{Header: c.header(), Ack: c.ack}, &resp, false)
+	c.mu.Lock()
+	ack := c.ack
+	c.mu.Unlock()
+	err := c.call(ctx, api.MethodKeepAlive, &api.KeepAliveRequest{Header: c.header(), Ack: ack}, &resp, false)
 	if err == nil {
+		c.mu.Lock()
 		if resp.Epoch != c.epoch {
 			c.ack = 0
 		}
@@ -173,6 +216,7 @@ func (c *testClient) keepAlive(ctx context.Context) (api.KeepAliveResponse, erro
 				c.ack = ev.Seq
 			}
 		}
+		c.mu.Unlock()
 	}
 	return resp, err
 }
