@@ -110,6 +110,11 @@ type Error struct {
 	Until int64 `msgpack:"u,omitempty"`
 	// Master, for NotMaster, names the current master if known.
 	Master string `msgpack:"ms,omitempty"`
+	// RetryAfter, for ResourceExhausted from a rate limit or from shedding
+	// under overload, is how long the client should wait before retrying,
+	// in nanoseconds (0: the limit is a quota; retrying will not help
+	// until usage falls).
+	RetryAfter int64 `msgpack:"ra,omitempty"`
 }
 
 // Error formats the error as "lockcell: <code>: <msg>".
@@ -123,6 +128,9 @@ func (e *Error) Error() string {
 	}
 	if e.Code == LockDelay && e.Until != 0 {
 		s += " (until " + time.Unix(0, e.Until).UTC().Format(time.RFC3339Nano) + ")"
+	}
+	if e.RetryAfter > 0 {
+		s += " (retry after " + time.Duration(e.RetryAfter).String() + ")"
 	}
 	return s
 }
@@ -179,6 +187,15 @@ func LockDelayError(path string, until int64) *Error {
 // and its limit, for example `tenant "t": quota max_nodes (10) exceeded`.
 func QuotaError(tenant, quota string, limit uint64) *Error {
 	return &Error{Code: ResourceExhausted, Msg: fmt.Sprintf("tenant %q: quota %s (%d) exceeded", tenant, quota, limit)}
+}
+
+// RetryAfterError returns a ResourceExhausted error for a call refused by a
+// rate limit or shed under overload, telling the client to retry after d.
+func RetryAfterError(msg string, d time.Duration) *Error {
+	if d <= 0 {
+		d = time.Millisecond
+	}
+	return &Error{Code: ResourceExhausted, Msg: msg, RetryAfter: int64(d)}
 }
 
 // CodeOf returns the code of the first *Error in err's chain, OK for nil,

@@ -38,6 +38,9 @@ const (
 	MethodListLocks
 	MethodCellStatus
 	MethodStepDown
+	MethodIssueToken
+	MethodRevokeToken
+	MethodListTokens
 
 	numMethods // keep last
 )
@@ -65,6 +68,9 @@ var methodNames = [...]string{
 	MethodListLocks:          "ListLocks",
 	MethodCellStatus:         "CellStatus",
 	MethodStepDown:           "StepDown",
+	MethodIssueToken:         "IssueToken",
+	MethodRevokeToken:        "RevokeToken",
+	MethodListTokens:         "ListTokens",
 }
 
 // String returns the method's name, for example "Acquire".
@@ -87,7 +93,9 @@ const (
 	ReplyError uint16 = 0xFF01
 )
 
-// Header is carried by every request made within a session.
+// Header is carried by every request made within a session, and by the
+// sessionless calls that embed it (tenants, listings, tokens, step-down),
+// where Session and Epoch are zero.
 type Header struct {
 	// Session is the caller's session.
 	Session uint64 `msgpack:"s"`
@@ -95,7 +103,17 @@ type Header struct {
 	// CreateSessionResponse or the last KeepAlive). A request whose epoch is
 	// not the master's current one fails with Failover.
 	Epoch uint64 `msgpack:"e"`
+	// Token is the caller's tenant token, for a client that has no client
+	// certificate. Every request of such a client carries it: each RPC is
+	// its own stream, so the cell authenticates every call, and a revoked
+	// token stops working at once, on every call (see IssueTokenRequest). A
+	// client with a certificate must leave it empty.
+	Token string `msgpack:"tk,omitempty"`
 }
+
+// Credential returns the tenant token the request carries ("" for none).
+// It is promoted to every request type that embeds Header.
+func (h Header) Credential() string { return h.Token }
 
 // EventMask selects the node events a handle delivers to its session.
 type EventMask uint16
@@ -130,9 +148,14 @@ type Empty struct{}
 // CreateSessionRequest opens a session. The principal comes from the
 // connection's client certificate, or from Token.
 type CreateSessionRequest struct {
-	// Token is a tenant token (an alternative to a client certificate).
+	// Token is a tenant token (an alternative to a client certificate). A
+	// session created with a token is bound to the token's principal; every
+	// later call of the session carries the same token in its Header.
 	Token string `msgpack:"tk,omitempty"`
 }
+
+// Credential returns the tenant token the request carries ("" for none).
+func (r CreateSessionRequest) Credential() string { return r.Token }
 
 // CreateSessionResponse describes the new session.
 type CreateSessionResponse struct {
@@ -346,8 +369,15 @@ type ListLocksResponse struct {
 }
 
 // CellStatusRequest asks any replica for the cell's status. It needs no
-// session and is answered by non-masters too.
-type CellStatusRequest struct{}
+// session and is answered by non-masters too, but it needs credentials (a
+// client certificate or Token) like every other call.
+type CellStatusRequest struct {
+	// Token is the caller's tenant token, if it has no certificate.
+	Token string `msgpack:"tk,omitempty"`
+}
+
+// Credential returns the tenant token the request carries ("" for none).
+func (r CellStatusRequest) Credential() string { return r.Token }
 
 // ReplicaStatus is one replica as the answering replica sees it.
 type ReplicaStatus struct {
@@ -362,7 +392,12 @@ type ReplicaStatus struct {
 	Master bool `msgpack:"m,omitempty"`
 }
 
-// CellStatusResponse describes the cell.
+// CellStatusResponse describes the cell. A tenant principal learns only
+// what it needs to find the master and check sequencers (Cell, Replica,
+// Master, Epoch, the replicas' IDs, addresses and master flag, PublicKey);
+// the progress fields (Chosen, Applied, Checksum and the replicas' Chosen,
+// Applied, Lag), which reveal the whole cell's write activity, are filled
+// in only for the cell administrator.
 type CellStatusResponse struct {
 	Cell     string          `msgpack:"cell"`
 	Replica  uint64          `msgpack:"r"`
@@ -381,4 +416,49 @@ type CellStatusResponse struct {
 type StepDownRequest struct {
 	Header
 	Next uint64 `msgpack:"n,omitempty"`
+}
+
+// IssueTokenRequest asks the cell administrator's master to issue a tenant
+// token for Principal of Tenant. The master generates the secret; the
+// replicated state keeps only its SHA-256 hash, so the token is shown once,
+// in the response, and survives fail-over and restart. A token authenticates
+// like a client certificate for Tenant/Principal until it is revoked.
+type IssueTokenRequest struct {
+	Header
+	Tenant    string `msgpack:"t"`
+	Principal string `msgpack:"p"`
+}
+
+// TokenInfo describes an issued token without its secret.
+type TokenInfo struct {
+	// ID names the token (for RevokeToken); it is not secret.
+	ID        string `msgpack:"id"`
+	Tenant    string `msgpack:"t"`
+	Principal string `msgpack:"p"`
+	Created   int64  `msgpack:"ct"`
+}
+
+// IssueTokenResponse carries the new token. Token is the secret credential
+// ("lct1_<id>_<secret>"); the cell cannot show it again.
+type IssueTokenResponse struct {
+	Token string    `msgpack:"tk"`
+	Info  TokenInfo `msgpack:"i"`
+}
+
+// RevokeTokenRequest revokes a token (cell administrator only); the reply
+// is an IssueTokenResponse with only Info set. From the
+// moment the revocation is applied, every call carrying the token fails
+// with Unauthenticated, and the master expires every session that was
+// created or used with it (its locks are released with lock-delay and its
+// ephemeral nodes deleted).
+type RevokeTokenRequest struct {
+	Header
+	Tenant string `msgpack:"t"`
+	ID     string `msgpack:"id"`
+}
+
+// ListTokensResponse lists a tenant's tokens (administrator only), in ID
+// order, without secrets.
+type ListTokensResponse struct {
+	Tokens []TokenInfo `msgpack:"tk"`
 }

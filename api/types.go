@@ -128,6 +128,26 @@ type TenantQuota struct {
 	// MaxLocks bounds the lock grants held on the tenant's nodes (a shared
 	// lock held by three sessions counts three).
 	MaxLocks uint64 `msgpack:"l,omitempty"`
+	// MaxWaiters bounds the blocked Acquire calls of the tenant's principals
+	// waiting at the master (whoever's node they wait for). Waiters live in
+	// the master's memory; the limit is replicated, so a new master applies
+	// it to the waiters clients re-establish after a fail-over.
+	MaxWaiters uint64 `msgpack:"w,omitempty"`
+	// MaxContents bounds the size in bytes of any one file's contents in
+	// the tenant's subtree (below the cell-wide limit).
+	MaxContents uint64 `msgpack:"c,omitempty"`
+	// OpsPerSecond bounds the rate of the tenant's calls at the master
+	// (a token bucket with a burst of one second's worth; KeepAlive,
+	// Release and CloseSession are not counted). Calls over the rate fail
+	// with ResourceExhausted and Error.RetryAfter.
+	OpsPerSecond uint64 `msgpack:"o,omitempty"`
+	// KeepAlivesPerSecond is the tenant's KeepAlive budget at the master: a
+	// token bucket like OpsPerSecond's, for KeepAlive calls only.
+	KeepAlivesPerSecond uint64 `msgpack:"k,omitempty"`
+	// Weight is the tenant's share when the master is saturated: its queued
+	// proposals are scheduled weighted round-robin against other tenants',
+	// and its concurrent reads are capped in proportion. Zero means 1.
+	Weight uint64 `msgpack:"wt,omitempty"`
 }
 
 // TenantUsage is what a tenant currently uses, counted as TenantQuota
@@ -137,6 +157,9 @@ type TenantUsage struct {
 	Bytes    uint64 `msgpack:"b"`
 	Sessions uint64 `msgpack:"s"`
 	Locks    uint64 `msgpack:"l"`
+	// Waiters is the blocked Acquire calls at the master (master memory,
+	// filled in by the master when it lists tenants).
+	Waiters uint64 `msgpack:"w,omitempty"`
 }
 
 // TenantInfo describes a tenant.

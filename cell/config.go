@@ -23,9 +23,20 @@ const (
 	// DefaultSnapshotEvery is how many applied slots pass between snapshots
 	// that let the Paxos log be compacted.
 	DefaultSnapshotEvery = 10_000
+	// DefaultMaxInflight is the Paxos window (see Config.MaxInflight).
+	DefaultMaxInflight = 1
 	// DefaultAdminPrincipal is the principal (with no tenant) that
 	// administers the cell.
 	DefaultAdminPrincipal = "admin"
+	// DefaultProposalWindow is how many tenant commands may be between the
+	// fair scheduler and their applied result (see scheduler).
+	DefaultProposalWindow = 64
+	// DefaultTenantQueue is how many commands a tenant of weight 1 may have
+	// queued at the master before new ones are shed.
+	DefaultTenantQueue = 256
+	// DefaultTenantReadConcurrency is how many reads of a tenant of weight
+	// 1 the master serves at once (as many again may wait).
+	DefaultTenantReadConcurrency = 16
 )
 
 // ErrInvalidConfig is returned (wrapped) by New for a Config that
@@ -71,7 +82,12 @@ type Config struct {
 	DriftPPM uint32
 	// MaxBatch bounds the commands per Paxos slot; see paxos.Config.
 	MaxBatch int
-	// MaxInflight bounds the Paxos slots in flight; see paxos.Config.
+	// MaxInflight bounds the Paxos slots in flight; see paxos.Config. If
+	// zero, DefaultMaxInflight (1): while a slot is in flight every new
+	// command waits for the next one, so slots carry large batches. On a
+	// 2-core machine running five replicas that gave 3.3× the throughput of
+	// 32 slots in flight (8,400 against 2,500 acquire+release pairs/s from 64
+	// proposers) at the same single-command latency.
 	MaxInflight int
 	// SessionLease is the session lease. If zero, DefaultSessionLease.
 	SessionLease time.Duration
@@ -99,6 +115,17 @@ type Config struct {
 	// SyncDelay, if not zero, delays every fsync of the Paxos log by this
 	// much (the fault-injection suite's slow disk).
 	SyncDelay time.Duration
+	// ProposalWindow bounds the tenant commands between the fair scheduler
+	// and their applied result. If zero, DefaultProposalWindow.
+	ProposalWindow int
+	// TenantQueue bounds the commands a tenant of weight 1 may have waiting
+	// in its fair-share queue (weight w: w times as many); more are shed
+	// with ResourceExhausted. If zero, DefaultTenantQueue.
+	TenantQueue int
+	// TenantReadConcurrency bounds the reads a tenant of weight 1 has
+	// served at once (weight w: w times as many). If zero,
+	// DefaultTenantReadConcurrency.
+	TenantReadConcurrency int
 	// Logger receives the replica's logs. If nil, slog.Default().
 	Logger *slog.Logger
 }
@@ -110,6 +137,9 @@ func (c Config) populate() Config {
 	if c.SessionLease == 0 {
 		c.SessionLease = DefaultSessionLease
 	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
 	if c.MaxSessionLease == 0 {
 		c.MaxSessionLease = c.SessionLease
 	}
@@ -118,6 +148,15 @@ func (c Config) populate() Config {
 	}
 	if c.AdminPrincipal == "" {
 		c.AdminPrincipal = DefaultAdminPrincipal
+	}
+	if c.ProposalWindow == 0 {
+		c.ProposalWindow = DefaultProposalWindow
+	}
+	if c.TenantQueue == 0 {
+		c.TenantQueue = DefaultTenantQueue
+	}
+	if c.TenantReadConcurrency == 0 {
+		c.TenantReadConcurrency = DefaultTenantReadConcurrency
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -156,6 +195,8 @@ func (c Config) validate() error {
 		return bad("ClockScale %v is outside [0.5, 2]", c.ClockScale)
 	case c.SessionLease < time.Second:
 		return bad("SessionLease %v is below 1s", c.SessionLease)
+	case c.ProposalWindow < 0 || c.TenantQueue < 0 || c.TenantReadConcurrency < 0:
+		return bad("ProposalWindow, TenantQueue and TenantReadConcurrency must not be negative")
 	case c.MaxSessionLease < c.SessionLease:
 		return bad("MaxSessionLease %v is shorter than SessionLease %v", c.MaxSessionLease, c.SessionLease)
 	}

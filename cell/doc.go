@@ -34,6 +34,28 @@
 // (Chubby §2.9); clients re-establish handles on their next call, since
 // handles are self-describing.
 //
+// # Tenancy
+//
+// One cell serves many tenants, and none may see, touch, slow down or
+// starve another (issue 7). Every call is authenticated (auth.go: a client
+// certificate, or a tenant token stored only as a hash in the replicated
+// state and revocable), then rate-limited per tenant, then authorized by
+// the namespace's ACL rules — also on the secondary paths: event
+// subscriptions and deliveries and cache registrations and invalidations go
+// only to sessions whose principal may read the node (checked when
+// subscribing or registering and again when publishing or invalidating, as
+// an ACL or an ACL file may change in between), CellStatus shows the
+// cell's progress only to the administrator, and metric labels carry only
+// verified tenants. Quotas that bound state are enforced in the namespace,
+// so they hold across fail-over; those that bound the master's memory and
+// time (ops per second, the KeepAlive budget, blocked Acquire calls,
+// concurrent reads) are enforced at the master from the replicated limits
+// (limits.go). Tenant commands reach Paxos through a weighted fair
+// scheduler (fair.go), which sheds a flooding tenant's excess with
+// ResourceExhausted and a RetryAfter instead of letting it fill the
+// pipeline. The HTTP listener (/metrics, /status, the status page) is for
+// operators: it names tenants in metric labels, nothing else of theirs.
+//
 // # Concurrency and life cycle
 //
 // Start opens the store and starts the loop; Close stops it. RPC handlers

@@ -86,6 +86,9 @@ type ClientFile struct {
 	AdminKey  string `json:"admin_key"`
 	// PublicKey is the cell's sequencer-signing public key (PEM file).
 	PublicKey string `json:"public_key"`
+	// TokenFile, if set and Cert is not, holds the user's tenant token
+	// (used instead of a certificate).
+	TokenFile string `json:"token_file,omitempty"`
 }
 
 // StartLocal starts (or restarts) a local cell and waits until it has a

@@ -26,6 +26,10 @@ type master struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	// lim holds the per-tenant limits that live in master memory, sched
+	// the fair scheduler of tenant commands (see limits.go, fair.go).
+	lim   *limiter
+	sched *scheduler
 
 	mu struct {
 		sync.Mutex
@@ -41,6 +45,9 @@ type master struct {
 		// writing counts the cache-invalidating writes in progress per
 		// path; while one is, reads are not cacheable.
 		writing map[string]int
+		// tokens maps a session to the tokens it was created or used with,
+		// so that revoking a token ends its sessions (see auth.go).
+		tokens map[uint64]map[string]struct{}
 	}
 }
 
@@ -56,6 +63,9 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	m.mu.subs = map[string]map[uint64]api.EventMask{}
 	m.mu.cachers = map[string]map[uint64]struct{}{}
 	m.mu.writing = map[string]int{}
+	m.mu.tokens = map[uint64]map[string]struct{}{}
+	m.lim = newLimiter(r)
+	m.sched = newScheduler(r, m.lim)
 	admin := r.admin()
 	tenants, err := r.ns.ListTenants(admin)
 	if err != nil {
@@ -80,8 +90,12 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		cancel()
 		return nil, err
 	}
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.expireLoop()
+	go func() {
+		defer m.wg.Done()
+		m.sched.run(m.ctx)
+	}()
 	if r.cfg.MaxSessionLease > r.cfg.SessionLease {
 		m.wg.Add(1)
 		go m.loadLoop()
@@ -153,9 +167,14 @@ func (m *master) onApplied(cmd []byte, res namespace.Result) {
 		if _, err := m.sessions.Add(session.ID(reply.Session)); err != nil && !errors.Is(err, session.ErrDuplicateSession) {
 			m.r.log.Warn("tracking new session", "session", reply.Session, "err", err)
 		}
+	case *namespace.TenantReply:
+		m.lim.setQuota(reply.Tenant.Name, reply.Tenant.Quota)
+	default:
+		m.tokenApplied(reply)
 	case *namespace.SessionEnded:
 		m.mu.Lock()
 		delete(m.mu.owners, reply.Session)
+		delete(m.mu.tokens, reply.Session)
 		for path, subs := range m.mu.subs {
 			delete(subs, reply.Session)
 			if len(subs) == 0 {
@@ -179,9 +198,20 @@ func (m *master) onApplied(cmd []byte, res namespace.Result) {
 	}
 }
 
-// subscribe records that session watches path for the events in mask.
-func (m *master) subscribe(sess uint64, path string, mask api.EventMask) {
+// subscribe records that session (of caller) watches path for the events
+// in mask, if caller may read the node; a caller that may not is not
+// subscribed (the handle's events are the caller's word, like its path).
+func (m *master) subscribe(caller namespace.Caller, sess uint64, path string, mask api.EventMask) {
 	if mask == 0 {
+		return
+	}
+	m.mu.Lock()
+	have := m.mu.subs[path][sess]
+	m.mu.Unlock()
+	if have&mask == mask {
+		return // already subscribed (checked when it was)
+	}
+	if ok, err := m.r.ns.Allowed(caller, path, api.PermRead); err != nil || !ok {
 		return
 	}
 	m.mu.Lock()
@@ -206,19 +236,77 @@ func (m *master) unsubscribe(sess uint64, path string) {
 	}
 }
 
-// publish sends ev to every session watching ev.Path for want.
+// publish sends ev to every session watching ev.Path for want whose
+// principal may read the node now: permission was checked when the session
+// subscribed, and is checked again here because an ACL change (of the node,
+// or of the contents of an ACL file it names) may have taken it away since.
+// For a deleted node (EventHandleInvalid) "may read" means the namespace
+// would tell the caller NotFound rather than PermissionDenied.
 func (m *master) publish(want api.EventMask, ev api.Event) {
+	type target struct {
+		sess   uint64
+		caller namespace.Caller
+	}
 	m.mu.Lock()
-	var to []uint64
+	var to []target
 	for sess, mask := range m.mu.subs[ev.Path] {
 		if mask&want != 0 {
-			to = append(to, sess)
+			to = append(to, target{sess, m.mu.owners[sess]})
 		}
 	}
 	m.mu.Unlock()
-	for _, sess := range to {
-		_ = m.sessions.Publish(session.ID(sess), ev)
+	for _, t := range to {
+		if !m.mayRead(t.caller, ev.Path, ev.Kind == api.EventHandleInvalid) {
+			continue
+		}
+		_ = m.sessions.Publish(session.ID(t.sess), ev)
 		m.r.metrics.events.Inc()
+	}
+}
+
+// mayRead reports whether caller may read path now. With gone, a node that
+// no longer exists counts as readable if the caller may read its nearest
+// existing ancestor (it would be told NotFound).
+func (m *master) mayRead(caller namespace.Caller, path string, gone bool) bool {
+	if caller.Principal == "" {
+		return false
+	}
+	ok, err := m.r.ns.Allowed(caller, path, api.PermRead)
+	if err == nil {
+		return ok
+	}
+	return gone && errors.Is(err, api.ErrNotFound)
+}
+
+// bindToken records that sess was created or used with token id.
+func (m *master) bindToken(sess uint64, id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, live := m.mu.owners[sess]; !live {
+		return
+	}
+	ts := m.mu.tokens[sess]
+	if ts == nil {
+		ts = map[string]struct{}{}
+		m.mu.tokens[sess] = ts
+	}
+	ts[id] = struct{}{}
+}
+
+// tokenRevoked expires every session bound to the revoked token id. It
+// runs on the run loop goroutine and must not block.
+func (m *master) tokenRevoked(id string) {
+	m.mu.Lock()
+	var ended []uint64
+	for sess, ts := range m.mu.tokens {
+		if _, ok := ts[id]; ok {
+			ended = append(ended, sess)
+		}
+	}
+	m.mu.Unlock()
+	for _, sess := range ended {
+		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
+		go m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
 	}
 }
 
@@ -271,7 +359,21 @@ func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind
 	m.mu.writing[path]++
 	cachers := m.mu.cachers[path]
 	delete(m.mu.cachers, path)
+	owners := make(map[uint64]namespace.Caller, len(cachers))
+	for sess := range cachers {
+		owners[sess] = m.mu.owners[sess]
+	}
 	m.mu.Unlock()
+	// A session that may no longer read the node (an ACL, or an ACL file's
+	// contents, changed since it read) is dropped without an invalidation:
+	// it would reveal the write, and waiting for its acknowledgement would
+	// let it stall writers it may not even see. Whatever it cached it read
+	// while it could.
+	for sess, caller := range owners {
+		if !m.mayRead(caller, path, false) {
+			delete(cachers, sess)
+		}
+	}
 	end = func() {
 		m.mu.Lock()
 		if m.mu.writing[path]--; m.mu.writing[path] <= 0 {
@@ -421,7 +523,8 @@ func (m *master) dropIfEmptyLocked(q *lockQueue) {
 }
 
 // kick proposes an Acquire for the head waiter of path, unless one is in
-// flight already.
+// flight already. The Acquire goes through the fair scheduler under the
+// waiter's tenant, never shed (waiters are bounded by MaxWaiters).
 func (m *master) kick(path string) {
 	m.mu.Lock()
 	q := m.mu.queues[path]
@@ -442,9 +545,13 @@ func (m *master) kick(path string) {
 	w := q.waiters[0]
 	q.inflight = true
 	m.mu.Unlock()
-	go m.r.proposeAsync(w.caller, &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}, func(res namespace.Result, err error) {
-		m.headOutcome(q, w, res, err)
-	})
+	op := &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}
+	outcome := func(res namespace.Result, err error) { m.headOutcome(q, w, res, err) }
+	if w.caller.Tenant == "" {
+		go m.r.proposeAsync(w.caller, op, outcome)
+		return
+	}
+	m.sched.proposeAsync(w.caller, op, true, outcome)
 }
 
 // headOutcome handles the result of the head waiter's Acquire. It runs on

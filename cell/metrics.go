@@ -32,6 +32,14 @@ type metrics struct {
 	badPeerMessages    prometheus.Counter
 	rpcs               *prometheus.CounterVec
 	rpcLatency         *prometheus.HistogramVec
+	// Per-tenant metrics. Tenant label values come only from verified
+	// credentials (a certificate issued by the cell CA or a valid token);
+	// calls without them count under "-". The HTTP listener that serves
+	// them is the operators' (see http.go): no tenant can reach it through
+	// the client protocol.
+	tenantLatency *prometheus.HistogramVec
+	tenantShed    *prometheus.CounterVec
+	tenantQueued  *prometheus.GaugeVec
 }
 
 func newMetrics(r *Replica) *metrics {
@@ -71,6 +79,12 @@ func newMetrics(r *Replica) *metrics {
 	f(m.rpcs)
 	m.rpcLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockcell", Name: "rpc_seconds", Help: "Client RPC latency by method (KeepAlive long-polls excluded).", Buckets: latency}, []string{"method"})
 	f(m.rpcLatency)
+	m.tenantLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockcell", Name: "tenant_rpc_seconds", Help: "Client RPC latency by tenant (KeepAlive long-polls excluded).", Buckets: latency}, []string{"tenant"})
+	f(m.tenantLatency)
+	m.tenantShed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockcell", Name: "tenant_shed_total", Help: "Calls refused by a master-side tenant limit or shed under overload, by tenant and reason."}, []string{"tenant", "reason"})
+	f(m.tenantShed)
+	m.tenantQueued = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "lockcell", Name: "tenant_queued_commands", Help: "Commands waiting in a tenant's fair-share queue at the master."}, []string{"tenant"})
+	f(m.tenantQueued)
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lockcell", Name: "sessions", Help: "Live sessions known to this master."}, func() float64 {
 		if ms := r.master.Load(); ms != nil {
 			return float64(ms.sessions.Stats().Sessions)
@@ -105,7 +119,13 @@ func (m *metrics) observeRPC(tenant string, method api.Method, err error, d time
 	m.rpcs.WithLabelValues(tenant, method.String(), code.String()).Inc()
 	if method != api.MethodKeepAlive {
 		m.rpcLatency.WithLabelValues(method.String()).Observe(d.Seconds())
+		m.tenantLatency.WithLabelValues(tenant).Observe(d.Seconds())
 	}
+}
+
+// shed counts a call of tenant refused by a master-side limit.
+func (m *metrics) shed(tenant, reason string) {
+	m.tenantShed.WithLabelValues(tenant, reason).Inc()
 }
 
 // transportCollector exports the endpoint's counters.

@@ -18,20 +18,35 @@ import (
 type rpcCall struct {
 	r      *Replica
 	method api.Method
+	// id is what the connection's certificate proved (anonymous without).
+	id transport.Identity
+	// caller is the authenticated principal (see authenticate).
 	caller namespace.Caller
-	m      *master // set by needSession
+	// tokenID names the token the caller authenticated with, if any.
+	tokenID string
+	m       *master // set by needMaster
 }
 
 // handler serves one method: it decodes the request body itself (through
 // the generic adapter below) and returns the response or an error.
 type handler func(ctx context.Context, c *rpcCall, f transport.Frame) (any, error)
 
-// with adapts a typed handler function to handler, decoding the request.
+// with adapts a typed handler function to handler: it decodes the request,
+// authenticates the caller and applies its tenant's rate limit.
 func with[Req any](fn func(ctx context.Context, c *rpcCall, req *Req) (any, error)) handler {
 	return func(ctx context.Context, c *rpcCall, f transport.Frame) (any, error) {
 		req := new(Req)
 		if err := f.Decode(req); err != nil {
+			if c.id.Anonymous() {
+				return nil, errNoCredentials
+			}
 			return nil, errInvalid("malformed " + c.method.String() + " request: " + err.Error())
+		}
+		if err := c.authenticate(any(req)); err != nil {
+			return nil, err
+		}
+		if err := c.admit(); err != nil {
+			return nil, err
 		}
 		return fn(ctx, c, req)
 	}
@@ -63,6 +78,9 @@ func init() {
 		api.MethodListLocks:          with(handleListLocks),
 		api.MethodCellStatus:         with(handleCellStatus),
 		api.MethodStepDown:           with(handleStepDown),
+		api.MethodIssueToken:         with(handleIssueToken),
+		api.MethodRevokeToken:        with(handleRevokeToken),
+		api.MethodListTokens:         with(handleListTokens),
 	}
 }
 
@@ -73,34 +91,25 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 		return // the transport already reset a bad stream
 	}
 	method := api.Method(f.Tag)
-	id := s.Identity()
-	c := &rpcCall{r: r, method: method, caller: callerOf(id)}
+	c := &rpcCall{r: r, method: method, id: s.Identity()}
 	start := time.Now()
 	var resp any
 	h, ok := handlers[method]
 	switch {
+	case !ok && c.id.Anonymous():
+		err = errNoCredentials
 	case !ok:
 		err = errInvalid("unknown method " + method.String())
-	case c.caller.Principal == "" && method != api.MethodCellStatus:
-		err = apiErr(api.Unauthenticated, "no credentials: present a client certificate issued by the cell CA")
 	default:
 		resp, err = h(ctx, c, f)
 	}
 	r.metrics.observeRPC(c.caller.Tenant, method, err, time.Since(start))
 	if err != nil {
+		tarpit(ctx, err)
 		_ = s.WriteFrame(ctx, api.ReplyError, toAPIError(err))
 		return
 	}
 	_ = s.WriteFrame(ctx, api.ReplyOK, resp)
-}
-
-// callerOf maps a verified certificate identity to the namespace caller:
-// AdminTenant/P is the tenant-less principal P.
-func callerOf(id transport.Identity) namespace.Caller {
-	if id.Tenant == AdminTenant {
-		return namespace.Caller{Principal: id.Principal}
-	}
-	return namespace.Caller{Tenant: id.Tenant, Principal: id.Principal}
 }
 
 // CreateTenant creates a tenant as the cell administrator, through Paxos
@@ -146,17 +155,47 @@ func (c *rpcCall) needSession(h api.Header) (*master, error) {
 	if h.Epoch != m.epoch {
 		return nil, &api.Error{Code: api.Failover, Msg: "the master changed; re-establish the session (KeepAlive) and retry"}
 	}
-	owner, ok := m.owner(h.Session)
-	if !ok {
-		return nil, apiErr(api.SessionExpired, "no such session")
-	}
-	if owner != c.caller {
-		return nil, apiErr(api.PermissionDenied, "the session belongs to another principal")
+	if err := c.ownSession(m, h.Session); err != nil {
+		return nil, err
 	}
 	if _, err := m.sessions.Lease(session.ID(h.Session)); err != nil {
 		return nil, c.r.sessionError(err)
 	}
 	return m, nil
+}
+
+// ownSession checks that sess is live and the caller's, and remembers the
+// token the caller used with it (so that revoking the token ends it).
+func (c *rpcCall) ownSession(m *master, sess uint64) error {
+	owner, ok := m.owner(sess)
+	if !ok {
+		return apiErr(api.SessionExpired, "no such session")
+	}
+	if owner != c.caller {
+		return apiErr(api.PermissionDenied, "the session belongs to another principal")
+	}
+	if c.tokenID != "" {
+		m.bindToken(sess, c.tokenID)
+	}
+	return nil
+}
+
+// propose runs op for the caller: a tenant principal's command goes through
+// the master's fair scheduler, the administrator's straight to Paxos.
+func (c *rpcCall) propose(ctx context.Context, op namespace.Op) (namespace.Result, error) {
+	if c.caller.Tenant == "" || c.m == nil {
+		return c.r.propose(ctx, c.caller, op)
+	}
+	return c.m.sched.propose(ctx, c.caller, op)
+}
+
+// read admits one read of the caller's tenant under its fair share of
+// concurrent reads; the returned end must be called after the read.
+func (c *rpcCall) read(ctx context.Context) (end func(), err error) {
+	if c.caller.Tenant == "" || c.m == nil {
+		return func() {}, nil
+	}
+	return c.m.lim.beginRead(ctx.Done(), c.caller.Tenant)
 }
 
 // needHandle checks the session and that the handle is the session's.
@@ -169,8 +208,9 @@ func (c *rpcCall) needHandle(h api.Header, hd api.Handle) (*master, error) {
 		return nil, errInvalid("the handle does not belong to this session")
 	}
 	// Re-establish the handle's subscription on first use after a
-	// fail-over (Chubby §2.9).
-	m.subscribe(h.Session, hd.Path, hd.Events)
+	// fail-over (Chubby §2.9) — but only for a caller that may read the
+	// node: handles are self-describing, so the path is the caller's word.
+	m.subscribe(c.caller, h.Session, hd.Path, hd.Events)
 	return m, nil
 }
 
@@ -199,14 +239,14 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 	if err != nil {
 		return nil, err
 	}
-	if req.Token != "" {
-		return nil, apiErr(api.Unauthenticated, "token credentials are not accepted by this cell; present a client certificate")
-	}
-	reply, err := result(c.r.propose(ctx, c.caller, &namespace.CreateSession{}))
+	reply, err := result(c.propose(ctx, &namespace.CreateSession{}))
 	if err != nil {
 		return nil, err
 	}
 	sc := reply.(*namespace.SessionCreated)
+	if c.tokenID != "" {
+		m.bindToken(sc.Session, c.tokenID)
+	}
 	lease, err := m.sessions.Lease(session.ID(sc.Session))
 	if err != nil {
 		return nil, c.r.sessionError(err)
@@ -220,12 +260,13 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 		return nil, err
 	}
 	// KeepAlive is how a client learns a new epoch, so any epoch is welcome.
-	owner, ok := m.owner(req.Session)
-	if !ok {
-		return nil, apiErr(api.SessionExpired, "no such session")
+	if err := c.ownSession(m, req.Session); err != nil {
+		return nil, err
 	}
-	if owner != c.caller {
-		return nil, apiErr(api.PermissionDenied, "the session belongs to another principal")
+	if c.caller.Tenant != "" {
+		if err := m.lim.allowKeepAlive(c.caller.Tenant); err != nil {
+			return nil, err
+		}
 	}
 	ack := req.Ack
 	if req.Epoch != m.epoch {
@@ -245,7 +286,7 @@ func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRe
 	if _, err := c.needSession(req.Header); err != nil {
 		return nil, err
 	}
-	if _, err := result(c.r.propose(ctx, c.caller, &namespace.CloseSession{Session: req.Session})); err != nil {
+	if _, err := result(c.propose(ctx, &namespace.CloseSession{Session: req.Session})); err != nil {
 		return nil, err
 	}
 	return &api.Empty{}, nil
@@ -259,14 +300,19 @@ func handleOpen(ctx context.Context, c *rpcCall, req *api.OpenRequest) (any, err
 	resp := &api.OpenResponse{}
 	// Opening an existing node is a read; only a creation goes through
 	// Paxos.
+	end, err := c.read(ctx)
+	if err != nil {
+		return nil, err
+	}
 	st, err := c.r.ns.Stat(c.caller, req.Path)
+	end()
 	switch {
 	case err == nil && !req.MustCreate:
 		resp.Stat = st
 	case err == nil || errors.Is(err, api.ErrNotFound) && (req.Create || req.MustCreate):
 		op := &namespace.OpenNode{Session: req.Session, Path: req.Path, Create: true, Exclusive: req.MustCreate,
 			Dir: req.Dir, Ephemeral: req.Ephemeral, Contents: req.Contents, ACL: req.ACL, LockDelay: req.LockDelay}
-		reply, err := result(c.r.propose(ctx, c.caller, op))
+		reply, err := result(c.propose(ctx, op))
 		if err != nil {
 			return nil, err
 		}
@@ -276,7 +322,7 @@ func handleOpen(ctx context.Context, c *rpcCall, req *api.OpenRequest) (any, err
 		return nil, err
 	}
 	resp.Handle = api.Handle{Session: req.Session, Path: req.Path, Instance: resp.Stat.Instance, Events: req.Events, Cache: req.Cache}
-	m.subscribe(req.Session, req.Path, req.Events)
+	m.subscribe(c.caller, req.Session, req.Path, req.Events)
 	return resp, nil
 }
 
@@ -290,9 +336,17 @@ func handleClose(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, 
 }
 
 // cacheable registers a Cache handle's session as caching the node, before
-// the read, and reports whether the answer may be cached.
+// the read, and reports whether the answer may be cached. Only a caller
+// that may read the node is registered: a registered session is sent
+// invalidations (which reveal writes) and is waited for by every write.
 func (c *rpcCall) cacheable(m *master, h api.Header, hd api.Handle) bool {
-	return hd.Cache && m.registerCacher(h.Session, hd.Path)
+	if !hd.Cache {
+		return false
+	}
+	if ok, err := c.r.ns.Allowed(c.caller, hd.Path, api.PermRead); err != nil || !ok {
+		return false
+	}
+	return m.registerCacher(h.Session, hd.Path)
 }
 
 func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
@@ -300,6 +354,11 @@ func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) 
 	if err != nil {
 		return nil, err
 	}
+	end, err := c.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	cacheable := c.cacheable(m, req.Header, req.Handle)
 	data, st, err := c.r.ns.GetContentsAndStat(c.caller, req.Handle.Path)
 	if err != nil {
@@ -316,6 +375,11 @@ func handleGetStat(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any
 	if err != nil {
 		return nil, err
 	}
+	end, err := c.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	cacheable := c.cacheable(m, req.Header, req.Handle)
 	st, err := c.r.ns.Stat(c.caller, req.Handle.Path)
 	if err != nil {
@@ -331,6 +395,11 @@ func handleReadDir(ctx context.Context, c *rpcCall, req *api.ReadDirRequest) (an
 	if _, err := c.needHandle(req.Header, req.Handle); err != nil {
 		return nil, err
 	}
+	end, err := c.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	page, err := c.r.ns.ReadDir(c.caller, req.Handle.Path, req.After, req.Limit)
 	if err != nil {
 		return nil, err
@@ -367,7 +436,7 @@ func (c *rpcCall) write(ctx context.Context, h api.Header, hd api.Handle, kind a
 		return nil, err
 	}
 	defer end()
-	return result(c.r.propose(ctx, c.caller, op))
+	return result(c.propose(ctx, op))
 }
 
 func handleSetContents(ctx context.Context, c *rpcCall, req *api.SetContentsRequest) (any, error) {
@@ -424,6 +493,12 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 		}
 		return c.r.sequencerResponse(g)
 	}
+	// A blocked Acquire counts against its caller's tenant's MaxWaiters
+	// until this call returns.
+	if err := m.lim.addWaiter(c.caller.Tenant); err != nil {
+		return nil, err
+	}
+	defer m.lim.removeWaiter(c.caller.Tenant)
 	w := &lockWaiter{caller: c.caller, session: req.Session, mode: req.Mode, result: make(chan waitResult, 1), gone: make(chan struct{})}
 	m.enqueue(path, w)
 	select {
@@ -465,7 +540,7 @@ func (c *rpcCall) acquireOnce(ctx context.Context, op *namespace.Acquire) (*name
 	release := func(g *namespace.Granted) {
 		c.r.proposeAsync(c.caller, &namespace.Release{Session: op.Session, Path: op.Path, Generation: g.Generation}, func(namespace.Result, error) {})
 	}
-	c.r.proposeAsync(c.caller, op, func(res namespace.Result, err error) {
+	c.m.sched.proposeAsync(c.caller, op, false, func(res namespace.Result, err error) {
 		reply, err := result(res, err)
 		g, _ := reply.(*namespace.Granted)
 		select {
@@ -511,7 +586,7 @@ func handleRelease(ctx context.Context, c *rpcCall, req *api.ReleaseRequest) (an
 	if _, err := c.needHandle(req.Header, req.Handle); err != nil {
 		return nil, err
 	}
-	if _, err := result(c.r.propose(ctx, c.caller, &namespace.Release{Session: req.Session, Path: req.Handle.Path, Generation: req.Generation})); err != nil {
+	if _, err := result(c.propose(ctx, &namespace.Release{Session: req.Session, Path: req.Handle.Path, Generation: req.Generation})); err != nil {
 		return nil, err
 	}
 	return &api.Empty{}, nil
@@ -556,7 +631,12 @@ func handleCheckSequencer(ctx context.Context, c *rpcCall, req *api.CheckSequenc
 	if !seq.Verify(c.r.cfg.SigningKey.Public().(ed25519.PublicKey)) {
 		return &api.CheckSequencerResponse{Reason: "the sequencer's signature does not verify"}, nil
 	}
+	end, err := c.read(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ok, err := c.r.ns.CheckSequencer(c.caller, seq)
+	end()
 	if err != nil {
 		return nil, err
 	}
@@ -592,12 +672,23 @@ func handleUpdateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest)
 }
 
 func handleListTenants(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
-	if _, err := c.needMaster(); err != nil {
-		return nil, err
-	}
-	ts, err := c.r.ns.ListTenants(c.caller)
+	m, err := c.needMaster()
 	if err != nil {
 		return nil, err
+	}
+	var ts []api.TenantInfo
+	if c.caller.Tenant != "" {
+		// A tenant principal sees its own tenant only.
+		t, err := c.r.ns.Tenant(c.caller, c.caller.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		ts = []api.TenantInfo{t}
+	} else if ts, err = c.r.ns.ListTenants(c.caller); err != nil {
+		return nil, err
+	}
+	for i := range ts {
+		ts[i].Usage.Waiters = m.lim.waiters(ts[i].Name)
 	}
 	return &api.ListTenantsResponse{Tenants: ts}, nil
 }
@@ -606,6 +697,11 @@ func handleListSessions(ctx context.Context, c *rpcCall, req *api.ListRequest) (
 	if _, err := c.needMaster(); err != nil {
 		return nil, err
 	}
+	end, err := c.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	ss, err := c.r.ns.ListSessions(c.caller, c.listTenant(req))
 	if err != nil {
 		return nil, err
@@ -617,6 +713,11 @@ func handleListLocks(ctx context.Context, c *rpcCall, req *api.ListRequest) (any
 	if _, err := c.needMaster(); err != nil {
 		return nil, err
 	}
+	end, err := c.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	ls, err := c.r.ns.ListLocks(c.caller, c.listTenant(req))
 	if err != nil {
 		return nil, err
@@ -633,7 +734,16 @@ func (c *rpcCall) listTenant(req *api.ListRequest) string {
 }
 
 func handleCellStatus(ctx context.Context, c *rpcCall, req *api.CellStatusRequest) (any, error) {
-	return c.r.cellStatus(), nil
+	st := c.r.cellStatus()
+	if !c.isAdmin() {
+		// The progress fields reveal the whole cell's write activity, every
+		// tenant's included: they are the administrator's.
+		st.Chosen, st.Applied, st.Checksum = 0, 0, 0
+		for i := range st.Replicas {
+			st.Replicas[i].Chosen, st.Replicas[i].Applied, st.Replicas[i].Lag = 0, 0, 0
+		}
+	}
+	return st, nil
 }
 
 func (r *Replica) cellStatus() *api.CellStatusResponse {
@@ -680,4 +790,27 @@ func tenantOf(path string) string {
 		}
 	}
 	return path[1:]
+}
+
+// maxTarpit bounds how long a shed call's refusal is held back.
+const maxTarpit = 50 * time.Millisecond
+
+// tarpit holds back the refusal of a call shed for a tenant's rate or its
+// full fair-share queue for (at most maxTarpit of) the RetryAfter it
+// carries. A flooding client that ignores RetryAfter and retries at once
+// then retries no faster than its refusals come back, instead of spinning
+// the master's CPU (and its neighbours' share of it) on refusals; a client
+// that honours RetryAfter loses nothing.
+func tarpit(ctx context.Context, err error) {
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.ResourceExhausted || ae.RetryAfter <= 0 {
+		return
+	}
+	d := min(time.Duration(ae.RetryAfter), maxTarpit)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/lockcell/lockcell/internal/certs"
@@ -42,8 +43,14 @@ type Config struct {
 	CA *x509.CertPool
 	// Certificate is the client certificate naming the tenant and principal
 	// (lockcell://tenant/<t>/principal/<p>). Without it the cell refuses
-	// every call but CellStatus.
+	// every call. A client without a certificate may authenticate with
+	// Token instead; setting both is an error.
 	Certificate *tls.Certificate
+	// Token is a tenant token issued by the cell administrator (lockctl
+	// tenant token), for a client without a certificate. It is sent with
+	// every request; the cell refuses every call once it is revoked, and
+	// sessions opened with it then expire.
+	Token string
 	// GracePeriod is how long a session in jeopardy keeps looking for a
 	// master before it reports expired. If zero, DefaultGracePeriod (45 s).
 	GracePeriod time.Duration
@@ -93,6 +100,8 @@ func (c Config) populate() (Config, error) {
 		return bad("negative duration")
 	case c.EventBuffer < 0:
 		return bad("EventBuffer is negative")
+	case c.Certificate != nil && c.Token != "":
+		return bad("set either Certificate or Token, not both")
 	}
 	for _, a := range c.Addrs {
 		if a == "" {
@@ -140,6 +149,10 @@ type ConfigFile struct {
 	AdminKey  string `json:"admin_key"`
 	// PublicKey is the cell's sequencer-signing public key (PEM).
 	PublicKey string `json:"public_key"`
+	// TokenFile, if set (and no Cert), is a file holding the user's
+	// tenant token (lockctl tenant token writes one); the token is used
+	// instead of a certificate.
+	TokenFile string `json:"token_file,omitempty"`
 
 	dir string
 }
@@ -182,10 +195,18 @@ func (f *ConfigFile) Config(admin bool) (Config, error) {
 		return Config{}, fmt.Errorf("%w: CA %s: %w", ErrInvalidConfig, f.CA, err)
 	}
 	certFile, keyFile := f.Cert, f.Key
+	cfg := Config{Addrs: append([]string(nil), f.Addrs...), CA: pool}
+	if !admin && certFile == "" && f.TokenFile != "" {
+		b, err := os.ReadFile(f.path(f.TokenFile))
+		if err != nil {
+			return Config{}, fmt.Errorf("client: reading token file: %w", err)
+		}
+		cfg.Token = strings.TrimSpace(string(b))
+		return cfg, nil
+	}
 	if admin || certFile == "" {
 		certFile, keyFile = f.AdminCert, f.AdminKey
 	}
-	cfg := Config{Addrs: append([]string(nil), f.Addrs...), CA: pool}
 	if certFile != "" {
 		c, err := tls.LoadX509KeyPair(f.path(certFile), f.path(keyFile))
 		if err != nil {

@@ -69,7 +69,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 func (c *Client) findMaster(ctx context.Context) error {
 	for {
 		var st api.CellStatusResponse
-		_, err := c.rpcOnce(ctx, api.MethodCellStatus, &api.CellStatusRequest{}, &st)
+		_, err := c.rpcOnce(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: c.cfg.Token}, &st)
+		if errors.Is(err, api.ErrUnauthenticated) || errors.Is(err, api.ErrInvalidArgument) {
+			// Bad or missing credentials: no replica will think otherwise.
+			return fmt.Errorf("client: dial: %w", err)
+		}
 		if err == nil && st.Master != 0 {
 			for _, r := range st.Replicas {
 				if r.ID == st.Master && r.Addr != "" {

@@ -37,6 +37,18 @@
 // wrapping ErrOutcomeUnknown instead. Acquire and Release check the lock's
 // state at the cell before repeating themselves.
 //
+// # Credentials and tenant limits
+//
+// A client proves its principal with a client certificate
+// (Config.Certificate) or with a tenant token issued by the cell
+// administrator (Config.Token, Client.IssueToken), never both. A token is
+// sent with every request; once it is revoked every call fails with
+// api.ErrUnauthenticated and its sessions end (Session.Done). A call the
+// master refuses for a tenant limit (operations per second, a full
+// fair-share queue) fails with api.ErrResourceExhausted whose
+// api.Error.RetryAfter says when to retry; the library returns it rather
+// than retrying on its own, except for KeepAlives, which wait that long.
+//
 // # Cache
 //
 // Config.Cache (off by default) caches file contents for handles of files.

@@ -161,7 +161,7 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	var resp api.CreateSessionResponse
 	// A lost reply leaves at most an orphan session that expires on its own,
 	// so CreateSession is retried like an idempotent call.
-	if err := c.call(ctx, api.MethodCreateSession, &api.CreateSessionRequest{}, &resp, true); err != nil {
+	if err := c.call(ctx, api.MethodCreateSession, &api.CreateSessionRequest{Token: c.cfg.Token}, &resp, true); err != nil {
 		return nil, err
 	}
 	s := &Session{
@@ -403,7 +403,7 @@ func (s *Session) ready(ctx context.Context) (api.Header, <-chan struct{}, error
 	for {
 		s.mu.Lock()
 		st, err, ch := s.mu.state, s.mu.err, s.mu.changed
-		h := api.Header{Session: s.id, Epoch: s.mu.epoch}
+		h := api.Header{Session: s.id, Epoch: s.mu.epoch, Token: s.cfg.Token}
 		s.mu.Unlock()
 		switch st {
 		case StateSafe:
@@ -633,7 +633,7 @@ func (l *loop) start() {
 	// KeepAlive outstanding longer than that is lost.
 	ctx, cancel := context.WithTimeout(context.Background(), l.grant)
 	l.live[id] = cancel
-	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch}, Ack: l.ack}
+	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack}
 	results, stop := l.results, l.s.stop
 	go func() {
 		defer cancel()
@@ -674,9 +674,22 @@ func (l *loop) handle(r kaResult) {
 		// Superseded: it was parked, so the master renewed the lease when
 		// it arrived, after it was sent.
 		l.prove(r.sent, l.grant)
-	case errors.As(r.err, &ae) && (ae.Code == api.SessionExpired || ae.Code == api.PermissionDenied):
+	case errors.As(r.err, &ae) && (ae.Code == api.SessionExpired || ae.Code == api.PermissionDenied || ae.Code == api.Unauthenticated):
+		// Unauthenticated: the session's token was revoked; the master
+		// expires the session, and no call of it can succeed again.
 		l.s.finish(StateExpired, fmt.Errorf("%w: %w", ErrSessionExpired, r.err))
 		return
+	case errors.As(r.err, &ae) && ae.Code == api.ResourceExhausted:
+		// Over the tenant's KeepAlive budget: retry when the master says
+		// (the lease still runs; jeopardy comes if it runs out first).
+		l.s.c.log.Debug("client: KeepAlive over budget", "session", l.s.id, "err", r.err)
+		if len(l.live) == 0 {
+			l.probing = false
+		}
+		l.backoff()
+		if ra := monotime.Now().Add(time.Duration(ae.RetryAfter)); ae.RetryAfter > 0 && ra.After(l.retryAt) {
+			l.retryAt = ra
+		}
 	case errors.As(r.err, &ae) && ae.Code == api.InvalidArgument:
 		// A refused acknowledgement: start the count again.
 		l.s.c.log.Warn("client: KeepAlive refused; resetting its acknowledgement", "session", l.s.id, "err", r.err)

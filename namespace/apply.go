@@ -55,6 +55,10 @@ func (t *txn) apply(cmd Command) (Result, error) {
 		reply, aerr, err = a.createTenant(op)
 	case *UpdateTenant:
 		reply, aerr, err = a.updateTenant(op)
+	case *IssueToken:
+		reply, aerr, err = a.issueToken(op)
+	case *RevokeToken:
+		reply, aerr, err = a.revokeToken(op)
 	default:
 		aerr = api.Errorf(api.InvalidArgument, "unknown operation %T", cmd.Op)
 	}
@@ -355,6 +359,9 @@ func (a *applier) open(op *OpenNode) (Reply, *api.Error, error) {
 	if aerr := quotaCheck(tenant, "max_nodes", t.Quota.MaxNodes, t.Usage.Nodes, 1); aerr != nil {
 		return nil, aerr, nil
 	}
+	if aerr := contentsCheck(tenant, t, len(op.Contents)); aerr != nil {
+		return nil, aerr, nil
+	}
 	if aerr := quotaCheck(tenant, "max_bytes", t.Quota.MaxBytes, t.Usage.Bytes, uint64(len(op.Contents))); aerr != nil {
 		return nil, aerr, nil
 	}
@@ -461,6 +468,9 @@ func (a *applier) setContents(op *SetContents) (Reply, *api.Error, error) {
 			return nil, nil, err
 		}
 		if aerr := quotaCheck(tenant, "max_bytes", t.Quota.MaxBytes, t.Usage.Bytes, newSize-n.Size); aerr != nil {
+			return nil, aerr, nil
+		}
+		if aerr := contentsCheck(tenant, t, len(op.Contents)); aerr != nil {
 			return nil, aerr, nil
 		}
 	}
@@ -627,6 +637,14 @@ func (a *applier) release(op *Release) (Reply, *api.Error, error) {
 		return nil, nil, err
 	}
 	return &Released{Freed: freed}, nil, nil
+}
+
+// contentsCheck applies the tenant's MaxContents to a file of size bytes.
+func contentsCheck(tenant string, t *tenantRec, size int) *api.Error {
+	if max := t.Quota.MaxContents; max != 0 && uint64(size) > max {
+		return api.QuotaError(tenant, "max_contents", max)
+	}
+	return nil
 }
 
 func (a *applier) checkAdmin() (*api.Error, error) {

@@ -258,6 +258,14 @@ func appendOp(b []byte, op Op) []byte {
 	case *UpdateTenant:
 		b = mpStr(mpKey(mpMap(b, 2), "n"), o.Name)
 		return mpQuota(mpKey(b, "q"), o.Quota)
+	case *IssueToken:
+		b = mpStr(mpKey(mpMap(b, 4), "id"), o.ID)
+		b = mpStr(mpKey(b, "t"), o.Tenant)
+		b = mpStr(mpKey(b, "p"), o.Principal)
+		return mpBin(mpKey(b, "h"), o.Hash)
+	case *RevokeToken:
+		b = mpStr(mpKey(mpMap(b, 2), "t"), o.Tenant)
+		return mpStr(mpKey(b, "id"), o.ID)
 	}
 	panic(fmt.Sprintf("namespace: BUG: appendOp of %T", op))
 }
@@ -281,6 +289,10 @@ func opSizeHint(op Op) int {
 		return 96 + len(o.Name) + len(o.ACL.Read) + len(o.ACL.Write) + len(o.ACL.ChangeACL)
 	case *UpdateTenant:
 		return 64 + len(o.Name)
+	case *IssueToken:
+		return 32 + len(o.ID) + len(o.Tenant) + len(o.Principal) + len(o.Hash)
+	case *RevokeToken:
+		return 16 + len(o.ID) + len(o.Tenant)
 	}
 	return 16
 }
@@ -685,6 +697,30 @@ func (r *cmdReader) op(k OpKind) Op {
 		}
 		if f.at("q") {
 			o.Quota = r.quota("quota")
+		}
+		op = o
+	case KindIssueToken:
+		o := &IssueToken{}
+		if f.at("id") {
+			o.ID = r.str("token id")
+		}
+		if f.at("t") {
+			o.Tenant = r.str("tenant")
+		}
+		if f.at("p") {
+			o.Principal = r.str("principal")
+		}
+		if f.at("h") {
+			o.Hash = r.bin("hash")
+		}
+		op = o
+	case KindRevokeToken:
+		o := &RevokeToken{}
+		if f.at("t") {
+			o.Tenant = r.str("tenant")
+		}
+		if f.at("id") {
+			o.ID = r.str("token id")
 		}
 		op = o
 	default:

@@ -112,6 +112,10 @@ func randCommands(r *rand.Rand, n int) []Command {
 			op = &CreateTenant{Name: str(), Quota: quota(), ACL: acl()}
 		case KindUpdateTenant:
 			op = &UpdateTenant{Name: str(), Quota: quota()}
+		case KindIssueToken:
+			op = &IssueToken{ID: str(), Tenant: str(), Principal: str(), Hash: bin()}
+		case KindRevokeToken:
+			op = &RevokeToken{Tenant: str(), ID: str()}
 		}
 		out = append(out, Command{Time: i(), Caller: Caller{Principal: str(), Tenant: str()}, Op: op})
 	}

@@ -30,7 +30,7 @@ type Command struct {
 	Caller Caller
 	// Op is the operation: one of *CreateSession, *CloseSession,
 	// *ExpireSession, *OpenNode, *SetContents, *Delete, *SetACL, *Acquire,
-	// *Release, *CreateTenant, *UpdateTenant.
+	// *Release, *CreateTenant, *UpdateTenant, *IssueToken, *RevokeToken.
 	Op Op
 }
 
@@ -50,6 +50,8 @@ const (
 	KindRelease
 	KindCreateTenant
 	KindUpdateTenant
+	KindIssueToken
+	KindRevokeToken
 	numKinds // keep last
 )
 
@@ -65,6 +67,8 @@ var kindNames = [...]string{
 	KindRelease:       "release",
 	KindCreateTenant:  "create-tenant",
 	KindUpdateTenant:  "update-tenant",
+	KindIssueToken:    "issue-token",
+	KindRevokeToken:   "revoke-token",
 }
 
 // String returns the kind's name, for example "acquire".
@@ -262,6 +266,10 @@ func newOp(k OpKind) Op {
 		return &CreateTenant{}
 	case KindUpdateTenant:
 		return &UpdateTenant{}
+	case KindIssueToken:
+		return &IssueToken{}
+	case KindRevokeToken:
+		return &RevokeToken{}
 	}
 	return nil
 }
@@ -322,6 +330,10 @@ func isNilOp(op Op) bool {
 	case *CreateTenant:
 		return o == nil
 	case *UpdateTenant:
+		return o == nil
+	case *IssueToken:
+		return o == nil
+	case *RevokeToken:
 		return o == nil
 	}
 	return true

@@ -29,6 +29,8 @@ import "encoding/binary"
 //	nH <sid> <path>         lock held by the session (value: mode byte)
 //	nE <sid> <path>         ephemeral node owned by the session (empty value)
 //	nT <tenant>             tenant record
+//	nK <id>                 tenant token record (tokens.go); id is
+//	                        TokenIDLen lowercase hex digits
 //
 // Records are encoded as reccodec.go describes.
 const (
@@ -42,6 +44,7 @@ const (
 	tagHeld       = 'H'
 	tagEphemeral  = 'E'
 	tagTenant     = 'T'
+	tagToken      = 'K'
 )
 
 // storeFormat is the on-disk format of the namespace keys, recorded in the

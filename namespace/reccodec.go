@@ -139,10 +139,21 @@ func encodeCounters(c *counters) []byte {
 	return appendUvarint(b, c.LockGen)
 }
 
+func encodeToken(t *tokenRec) []byte {
+	b := make([]byte, 0, 2+3*binary.MaxVarintLen64+len(t.Tenant)+len(t.Principal)+len(t.Hash))
+	b = append(b, recordVersion, tagToken)
+	b = appendString(b, t.Tenant)
+	b = appendString(b, t.Principal)
+	b = appendString(b, string(t.Hash))
+	return appendVarint(b, t.Created)
+}
+
 // encodeRec encodes one of the record types (*nodeRec, *sessionRec,
-// *tenantRec, *counters).
+// *tenantRec, *counters, *tokenRec).
 func encodeRec(v any) []byte {
 	switch r := v.(type) {
+	case *tokenRec:
+		return encodeToken(r)
 	case *nodeRec:
 		return encodeNode(r)
 	case *sessionRec:
@@ -173,6 +184,8 @@ func decodeRec(key, b []byte, v any) error {
 		kind = tagTenant
 	case *counters:
 		kind = tagCounters
+	case *tokenRec:
+		kind = tagToken
 	default:
 		panic(fmt.Sprintf("namespace: BUG: decodeRec into %T", v))
 	}
@@ -194,6 +207,8 @@ func decodeRec(key, b []byte, v any) error {
 		x.Created = r.varint()
 	case *counters:
 		*x = counters{Session: r.uvarint(), Instance: r.uvarint(), LockGen: r.uvarint()}
+	case *tokenRec:
+		*x = tokenRec{Tenant: r.string(), Principal: r.string(), Hash: []byte(r.string()), Created: r.varint()}
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("%d trailing bytes", len(r.b))

@@ -17,7 +17,7 @@ func randRecords(r *rand.Rand, n int) []any {
 	s := func() string { return string(bytes.Repeat([]byte{'a' + byte(r.IntN(26))}, r.IntN(300))) }
 	var out []any
 	for len(out) < n {
-		switch r.IntN(4) {
+		switch r.IntN(5) {
 		case 0:
 			nr := &nodeRec{Instance: u(), Dir: r.IntN(2) == 0, Owner: u(), ContentGen: u(), LockGen: u(), ACLGen: u(),
 				Sum: r.Uint64(), Size: u(), Created: i(), Modified: i(), ACL: api.ACLNames{Read: s(), Write: s(), ChangeACL: s()},
@@ -35,6 +35,8 @@ func randRecords(r *rand.Rand, n int) []any {
 			out = append(out, tr)
 		case 3:
 			out = append(out, &counters{Session: u(), Instance: u(), LockGen: u()})
+		case 4:
+			out = append(out, &tokenRec{Tenant: s(), Principal: s(), Hash: []byte(s()), Created: i()})
 		}
 	}
 	return out

@@ -23,7 +23,8 @@ type Result struct {
 }
 
 // Reply is a successful command's reply: *SessionCreated, *SessionEnded,
-// *Opened, *Written, *Deleted, *ACLSet, *Granted, *Released or *TenantReply.
+// *Opened, *Written, *Deleted, *ACLSet, *Granted, *Released, *TenantReply,
+// *TokenIssued or *TokenRevoked.
 type Reply interface{ isReply() }
 
 // SessionCreated replies to CreateSession.

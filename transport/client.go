@@ -123,10 +123,15 @@ func (c *ClientConn) Call(ctx context.Context, tag uint16, req any) (Frame, erro
 	if err := s.writeRaw(ctx, b); err != nil {
 		return Frame{}, err
 	}
-	if err := s.CloseWrite(); err != nil {
-		return Frame{}, streamErr(err)
+	// NB: the replica may answer and stop reading (STOP_SENDING) before our
+	// FIN leaves, which makes CloseWrite fail although the answer is on its
+	// way: read it regardless, and report the close error only without one.
+	closeErr := s.CloseWrite()
+	f, err := s.ReadFrame(ctx)
+	if err != nil && closeErr != nil {
+		return Frame{}, streamErr(closeErr)
 	}
-	return s.ReadFrame(ctx)
+	return f, err
 }
 
 // OpenStream opens a stream for a long-poll or any exchange of several

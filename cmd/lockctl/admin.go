@@ -121,6 +121,11 @@ func quotaFlags(fs *flag.FlagSet) *api.TenantQuota {
 	fs.Uint64Var(&q.MaxBytes, "max-bytes", 0, "most contents bytes (0: unlimited)")
 	fs.Uint64Var(&q.MaxSessions, "max-sessions", 0, "most open sessions (0: unlimited)")
 	fs.Uint64Var(&q.MaxLocks, "max-locks", 0, "most lock grants held (0: unlimited)")
+	fs.Uint64Var(&q.MaxWaiters, "max-waiters", 0, "most blocked Acquire calls at the master (0: unlimited)")
+	fs.Uint64Var(&q.MaxContents, "max-contents", 0, "largest file contents in bytes (0: the cell's limit)")
+	fs.Uint64Var(&q.OpsPerSecond, "ops-per-second", 0, "rate limit of calls at the master (0: unlimited)")
+	fs.Uint64Var(&q.KeepAlivesPerSecond, "keepalives-per-second", 0, "KeepAlive budget at the master (0: unlimited)")
+	fs.Uint64Var(&q.Weight, "weight", 0, "fair-share weight under overload (0: 1)")
 	return q
 }
 
@@ -134,9 +139,18 @@ func cmdTenant(e *env, args []string) int {
 		fmt.Fprint(out, `usage: lockctl tenant create NAME [quota flags]
        lockctl tenant update NAME [quota flags]
        lockctl tenant list
+       lockctl tenant token TENANT PRINCIPAL [--out FILE]
+       lockctl tenant tokens TENANT
+       lockctl tenant revoke TENANT TOKEN-ID
 
-Manages tenants with the administrator's certificate from the config file.
-Quota flags: --max-nodes, --max-bytes, --max-sessions, --max-locks (0: unlimited).
+Manages tenants and their tokens with the administrator's certificate from
+the config file. update replaces the whole quota (flags not given become 0).
+Quota flags (0: unlimited): --max-nodes, --max-bytes, --max-sessions,
+--max-locks, --max-waiters, --max-contents, --ops-per-second,
+--keepalives-per-second, --weight (fair share; 0 means 1).
+'token' issues a tenant token for PRINCIPAL: it is printed once (or written
+to --out, mode 0600) and the cell keeps only its hash. 'revoke' revokes it:
+every call with it fails from then on and its sessions are expired.
 `)
 		return code
 	}
@@ -151,17 +165,19 @@ Quota flags: --max-nodes, --max-bytes, --max-sessions, --max-locks (0: unlimited
 			return code
 		}
 	case "list":
-		fs = e.flags("tenant list", "", "Lists the tenants with their quotas and usage (administrator).")
+		fs = e.flags("tenant list", "", "Lists the tenants with their quotas and usage (administrator; a tenant principal sees its own).")
 		if code, stop := e.parse(fs, rest, 0, 0); stop {
 			return code
 		}
+	case "token", "tokens", "revoke":
+		return cmdTenantToken(e, sub, rest)
 	default:
-		fmt.Fprintf(e.stderr, "lockctl tenant: unknown subcommand %q (create, update, list)\n", sub)
+		fmt.Fprintf(e.stderr, "lockctl tenant: unknown subcommand %q (create, update, list, token, tokens, revoke)\n", sub)
 		return exitUsage
 	}
 	ctx, cancel := e.bounded()
 	defer cancel()
-	c, _, err := e.dial(ctx, true)
+	c, _, err := e.dial(ctx, sub != "list" || e.token == "")
 	if err != nil {
 		return e.fail("tenant", err)
 	}
@@ -183,7 +199,7 @@ Quota flags: --max-nodes, --max-bytes, --max-sessions, --max-locks (0: unlimited
 		return e.fail("tenant", err)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tNODES\tBYTES\tSESSIONS\tLOCKS")
+	fmt.Fprintln(tw, "TENANT\tNODES\tBYTES\tSESSIONS\tLOCKS\tWAITERS\tMAX-CONTENTS\tOPS/S\tKEEPALIVES/S\tWEIGHT")
 	lim := func(used, max uint64) string {
 		if max == 0 {
 			return fmt.Sprintf("%d", used)
@@ -191,10 +207,83 @@ Quota flags: --max-nodes, --max-bytes, --max-sessions, --max-locks (0: unlimited
 		return fmt.Sprintf("%d/%d", used, max)
 	}
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, lim(t.Usage.Nodes, t.Quota.MaxNodes), lim(t.Usage.Bytes, t.Quota.MaxBytes),
-			lim(t.Usage.Sessions, t.Quota.MaxSessions), lim(t.Usage.Locks, t.Quota.MaxLocks))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, lim(t.Usage.Nodes, t.Quota.MaxNodes), lim(t.Usage.Bytes, t.Quota.MaxBytes),
+			lim(t.Usage.Sessions, t.Quota.MaxSessions), lim(t.Usage.Locks, t.Quota.MaxLocks), lim(t.Usage.Waiters, t.Quota.MaxWaiters),
+			unlimited(t.Quota.MaxContents), unlimited(t.Quota.OpsPerSecond), unlimited(t.Quota.KeepAlivesPerSecond), unlimited(max(t.Quota.Weight, 1)))
 	}
 	_ = tw.Flush()
+	return exitOK
+}
+
+// unlimited formats a limit, "-" for none.
+func unlimited(v uint64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d", v)
+}
+
+// cmdTenantToken runs tenant token, tokens and revoke.
+func cmdTenantToken(e *env, sub string, args []string) int {
+	var fs *flag.FlagSet
+	var out *string
+	switch sub {
+	case "token":
+		fs = e.flags("tenant token", "TENANT PRINCIPAL [--out FILE]", "Issues a tenant token for PRINCIPAL of TENANT (administrator).")
+		out = fs.String("out", "", "write the token to FILE (mode 0600) instead of printing it")
+		if code, stop := e.parse(fs, args, 2, 2); stop {
+			return code
+		}
+	case "tokens":
+		fs = e.flags("tenant tokens", "TENANT", "Lists TENANT's tokens, without secrets (administrator).")
+		if code, stop := e.parse(fs, args, 1, 1); stop {
+			return code
+		}
+	case "revoke":
+		fs = e.flags("tenant revoke", "TENANT TOKEN-ID", "Revokes a token: every call with it fails and its sessions are expired (administrator).")
+		if code, stop := e.parse(fs, args, 2, 2); stop {
+			return code
+		}
+	}
+	ctx, cancel := e.bounded()
+	defer cancel()
+	c, _, err := e.dial(ctx, true)
+	if err != nil {
+		return e.fail("tenant "+sub, err)
+	}
+	defer c.Close()
+	switch sub {
+	case "token":
+		tok, info, err := c.IssueToken(ctx, fs.Arg(0), fs.Arg(1))
+		if err != nil {
+			return e.fail("tenant token", err)
+		}
+		if *out != "" {
+			if err := os.WriteFile(*out, []byte(tok+"\n"), 0o600); err != nil {
+				return e.fail("tenant token", fmt.Errorf("token %s issued but not written (revoke it): %w", info.ID, err))
+			}
+			fmt.Fprintf(e.stdout, "token %s for %s/%s written to %s\n", info.ID, info.Tenant, info.Principal, *out)
+			return exitOK
+		}
+		fmt.Fprintf(e.stdout, "token %s for %s/%s (shown once; the cell keeps only its hash):\n%s\n", info.ID, info.Tenant, info.Principal, tok)
+	case "tokens":
+		ts, err := c.ListTokens(ctx, fs.Arg(0))
+		if err != nil {
+			return e.fail("tenant tokens", err)
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOKEN-ID\tTENANT\tPRINCIPAL\tCREATED")
+		for _, t := range ts {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Tenant, t.Principal, time.Unix(0, t.Created).UTC().Format(time.RFC3339))
+		}
+		_ = tw.Flush()
+	case "revoke":
+		info, err := c.RevokeToken(ctx, fs.Arg(0), fs.Arg(1))
+		if err != nil {
+			return e.fail("tenant revoke", err)
+		}
+		fmt.Fprintf(e.stdout, "revoked token %s of %s/%s\n", info.ID, info.Tenant, info.Principal)
+	}
 	return exitOK
 }
 

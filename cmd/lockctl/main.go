@@ -47,6 +47,7 @@ type env struct {
 	ctx            context.Context
 	config         string
 	admin          bool
+	token          string
 	timeout        time.Duration
 	grace          time.Duration
 }
@@ -96,6 +97,8 @@ Commands:
 Global flags:
   --config FILE   client settings (env LOCKCELL_CONFIG; default data/dev/client.json)
   --admin         use the cell administrator's certificate from the config file
+  --token-file F  authenticate with the tenant token in F instead of a
+                  certificate (env LOCKCELL_TOKEN holds the token itself)
   --timeout D     bound for commands that do not wait for a lock (default 30s)
   --grace D       session grace period (default 45s)
 
@@ -116,6 +119,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs.StringVar(&e.config, "config", def, "")
 	fs.BoolVar(&e.admin, "admin", false, "")
+	tokenFile := fs.String("token-file", "", "")
 	fs.DurationVar(&e.timeout, "timeout", 30*time.Second, "")
 	fs.DurationVar(&e.grace, "grace", 0, "")
 	if err := fs.Parse(args); err != nil {
@@ -126,6 +130,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintln(stderr, "lockctl:", err)
 		usage(stderr)
 		return exitUsage
+	}
+	e.token = os.Getenv("LOCKCELL_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "lockctl: reading --token-file:", err)
+			return exitUsage
+		}
+		e.token = strings.TrimSpace(string(b))
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -223,7 +236,7 @@ func explain(err error) string {
 	case errors.Is(err, api.ErrPermissionDenied):
 		msg += "\n  (the certificate's principal may not do this; administrators use --admin)"
 	case errors.Is(err, api.ErrUnauthenticated):
-		msg += "\n  (the config file names no usable client certificate)"
+		msg += "\n  (no usable credentials: the config file names no client certificate, or the token is not valid or was revoked)"
 	case errors.Is(err, context.DeadlineExceeded):
 		msg += "\n  (is the cell running? see 'lockctl status'; --timeout sets the bound)"
 	}
@@ -239,6 +252,9 @@ func (e *env) dial(ctx context.Context, admin bool) (*client.Client, *client.Con
 	cfg, err := f.Config(admin || e.admin)
 	if err != nil {
 		return nil, nil, err
+	}
+	if e.token != "" && !admin && !e.admin {
+		cfg.Certificate, cfg.Token = nil, e.token
 	}
 	cfg.GracePeriod = e.grace
 	cfg.Logger = quietLogger()

@@ -137,6 +137,22 @@ func TestLockctl(t *testing.T) {
 	expect(run("", "tenant", "list"), 0, "acme", "")
 	expect(run("", "tenant", "update", "acme", "--max-nodes", "20"), 0, "/20", "")
 	expect(run("", "tenant", "create", "acme"), 1, "", "already exists")
+	expect(run("", "tenant", "update", "acme", "--max-nodes", "20", "--ops-per-second", "50", "--weight", "3"), 0, "50", "")
+
+	// Tenant tokens: issue, use instead of a certificate, list, revoke.
+	tokFile := filepath.Join(t.TempDir(), "tok")
+	r = run("", "tenant", "token", "t", "robot", "--out", tokFile)
+	if r.code != 0 || !strings.Contains(r.stdout, "written to") {
+		t.Fatalf("tenant token: %+v", r)
+	}
+	tokID := strings.Fields(r.stdout)[1]
+	expect(run("", "--token-file", tokFile, "put", "/t/bytoken", "hi"), 0, "", "")
+	expect(run("", "--token-file", tokFile, "sessions"), 0, "", "")
+	expect(run("", "tenant", "tokens", "t"), 0, tokID, "")
+	expect(run("", "tenant", "revoke", "t", tokID), 0, "revoked token "+tokID, "")
+	expect(run("", "--token-file", tokFile, "get", "/t/bytoken"), 1, "", "unauthenticated")
+	expect(run("", "tenant", "revoke", "t", tokID), 3, "", "not found")
+	expect(run("", "tenant", "token", "t"), 2, "", "")
 	certDir := t.TempDir()
 	expect(run("", "certs", "ca", "--dir", certDir, "--cell", "c2"), 0, "ca.pem", "")
 	expect(run("", "certs", "client", "--dir", certDir, "--tenant", "acme", "--principal", "bob"), 0, "acme-bob.pem", "")

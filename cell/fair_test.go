@@ -1,0 +1,225 @@
+package cell
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"testing/quick"
+	"testing/synctest"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/monotime"
+	"github.com/lockcell/lockcell/namespace"
+)
+
+// TestBucket checks the token bucket against its definition: a full burst
+// at first, then exactly rate tokens per second, never more than burst.
+func TestBucket(t *testing.T) {
+	var b bucket
+	now := monotime.Time(1_000_000)
+	for i := 0; i < 5; i++ {
+		if ok, _ := b.take(now, 5, 5); !ok {
+			t.Fatalf("take %d of a full bucket of 5 refused", i)
+		}
+	}
+	ok, wait := b.take(now, 5, 5)
+	if ok || wait != 200*time.Millisecond {
+		t.Fatalf("empty bucket: ok=%v wait=%v; want refused, 200ms", ok, wait)
+	}
+	now = now.Add(200 * time.Millisecond)
+	if ok, _ := b.take(now, 5, 5); !ok {
+		t.Fatal("a token refilled after 1/rate was refused")
+	}
+	if ok, _ := b.take(now, 5, 5); ok {
+		t.Fatal("1/rate refilled more than one token")
+	}
+	now = now.Add(time.Hour)
+	n := 0
+	for {
+		if ok, _ := b.take(now, 5, 5); !ok {
+			break
+		}
+		n++
+	}
+	if n != 5 {
+		t.Fatalf("after an idle hour the bucket gave %d tokens; want the burst, 5", n)
+	}
+	if ok, _ := b.take(now, 0, 0); !ok {
+		t.Fatal("rate 0 (unlimited) refused")
+	}
+}
+
+// TestBucketProperty: over any schedule of takes, the tokens granted never
+// exceed burst + rate × elapsed (the dumb reference bound).
+func TestBucketProperty(t *testing.T) {
+	f := func(rate8 uint8, gaps []uint16) bool {
+		rate := float64(rate8%50 + 1)
+		var b bucket
+		start := monotime.Time(0)
+		now := start
+		granted := 0
+		for _, g := range gaps {
+			now = now.Add(time.Duration(g%100) * time.Millisecond)
+			if ok, _ := b.take(now, rate, rate); ok {
+				granted++
+			}
+		}
+		bound := rate + rate*now.Sub(start).Seconds()
+		return float64(granted) <= math.Floor(bound)+1e-9
+	}
+	if err := quick.Check(f, &quick.Config{MaxCount: 500}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testScheduler(window, queue int, weights map[string]int) *scheduler {
+	r := &Replica{cfg: Config{ProposalWindow: window, TenantQueue: queue}}
+	r.metrics = newMetrics(r)
+	s := newScheduler(r, nil)
+	s.weight = func(t string) int {
+		if w := weights[t]; w > 0 {
+			return w
+		}
+		return 1
+	}
+	return s
+}
+
+func submitN(t *testing.T, s *scheduler, tenant string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if err := s.submit(tenant, &schedItem{caller: namespace.Caller{Tenant: tenant, Principal: "p"}, op: &namespace.CreateSession{}, done: func(namespace.Result, error) {}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// drainOrder takes everything the scheduler would dispatch (the window
+// freed after each), in order.
+func drainOrder(s *scheduler) []string {
+	var out []string
+	for {
+		s.mu.Lock()
+		tenant, it := s.nextLocked()
+		if it != nil {
+			s.mu.inflight--
+		}
+		s.mu.Unlock()
+		if it == nil {
+			return out
+		}
+		out = append(out, tenant)
+	}
+}
+
+// TestSchedulerWeightedRoundRobin: a flooding tenant's backlog does not
+// delay another tenant's commands beyond one turn; weights share turns.
+func TestSchedulerWeightedRoundRobin(t *testing.T) {
+	s := testScheduler(1000, 100, map[string]int{"c": 2})
+	submitN(t, s, "a", 10) // the flood arrives first
+	submitN(t, s, "b", 2)
+	submitN(t, s, "c", 4)
+	got := drainOrder(s)
+	want := []string{"a", "b", "c", "c", "a", "b", "c", "c", "a", "a", "a", "a", "a", "a", "a", "a"}
+	if len(got) != len(want) {
+		t.Fatalf("dispatched %v; want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("dispatch order %v; want %v", got, want)
+		}
+	}
+}
+
+// TestSchedulerWindowAndShedding: at most ProposalWindow commands are out
+// at once, and a tenant's full queue sheds with ResourceExhausted and a
+// RetryAfter while another tenant's still accepts.
+func TestSchedulerWindowAndShedding(t *testing.T) {
+	s := testScheduler(2, 3, nil)
+	submitN(t, s, "a", 3)
+	err := s.submit("a", &schedItem{done: func(namespace.Result, error) {}}, false)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.ResourceExhausted || ae.RetryAfter <= 0 {
+		t.Fatalf("submit to a full queue: %v; want ResourceExhausted with RetryAfter", err)
+	}
+	if err := s.submit("a", &schedItem{done: func(namespace.Result, error) {}}, true); err != nil {
+		t.Fatalf("a forced submit was shed: %v", err)
+	}
+	submitN(t, s, "b", 1)
+	s.mu.Lock()
+	var out []string
+	for {
+		tenant, it := s.nextLocked()
+		if it == nil {
+			break
+		}
+		out = append(out, tenant)
+	}
+	s.mu.Unlock()
+	if len(out) != 2 || out[0] != "a" || out[1] != "b" {
+		t.Fatalf("with a window of 2 dispatched %v; want [a b]", out)
+	}
+	s.finished()
+	s.mu.Lock()
+	tenant, it := s.nextLocked()
+	s.mu.Unlock()
+	if it == nil || tenant != "a" {
+		t.Fatalf("after one finished: %q %v; want a", tenant, it)
+	}
+}
+
+// TestReadCap: a tenant's reads beyond its cap wait, beyond twice the cap
+// they are shed, and another tenant's are not affected.
+func TestReadCap(t *testing.T) { synctest.Test(t, testReadCap) }
+
+func testReadCap(t *testing.T) {
+	r := &Replica{cfg: Config{TenantReadConcurrency: 2}}
+	r.metrics = newMetrics(r)
+	l := newLimiter(r)
+	l.mu.tenants["a"] = &tenantLimits{loaded: true, readFree: make(chan struct{}, 1)}
+	l.mu.tenants["b"] = &tenantLimits{loaded: true, readFree: make(chan struct{}, 1)}
+	never := make(chan struct{})
+	var ends []func()
+	for i := 0; i < 2; i++ {
+		end, err := l.beginRead(never, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, end)
+	}
+	got := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			end, err := l.beginRead(never, "a")
+			if err == nil {
+				end()
+			}
+			got <- err
+		}()
+	}
+	// Both extra reads wait; a fifth is shed.
+	synctest.Wait()
+	l.mu.Lock()
+	q := l.mu.tenants["a"].readQueue
+	l.mu.Unlock()
+	if q != 2 {
+		t.Fatalf("%d reads wait; want 2", q)
+	}
+	if _, err := l.beginRead(never, "a"); !errors.Is(err, api.ErrResourceExhausted) {
+		t.Fatalf("read beyond the queue: %v; want ResourceExhausted", err)
+	}
+	endB, err := l.beginRead(never, "b")
+	if err != nil {
+		t.Fatalf("another tenant's read: %v", err)
+	}
+	endB()
+	for _, end := range ends {
+		end()
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-got; err != nil {
+			t.Fatalf("a waiting read: %v", err)
+		}
+	}
+}

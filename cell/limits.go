@@ -1,0 +1,247 @@
+package cell
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/monotime"
+)
+
+// Master-side limits per tenant (issue 7). The quotas that bound state
+// (nodes, bytes, sessions, held locks, contents size) are enforced where the
+// state changes, in namespace's apply, so they hold across fail-over. The
+// limits here bound what lives only in the master's memory or time: the
+// rate of calls (TenantQuota.OpsPerSecond), the KeepAlive budget
+// (KeepAlivesPerSecond), blocked Acquire calls (MaxWaiters) and concurrent
+// reads (fair share). Their values come from the replicated tenant record,
+// so a new master applies the same limits; the token buckets and counts
+// themselves start afresh with each master, which errs on the side of the
+// tenant for at most one second's burst.
+
+// bucket is a token bucket. The zero value is full on first use.
+type bucket struct {
+	tokens float64
+	last   monotime.Time
+	used   bool
+}
+
+// take takes one token at now from a bucket refilled at rate per second up
+// to burst, and reports whether one was there; if not, wait is how long
+// until one will be. rate 0 means unlimited.
+func (b *bucket) take(now monotime.Time, rate, burst float64) (ok bool, wait time.Duration) {
+	if rate <= 0 {
+		return true, 0
+	}
+	if burst < 1 {
+		burst = 1
+	}
+	if !b.used {
+		b.used, b.tokens, b.last = true, burst, now
+	}
+	if el := now.Sub(b.last); el > 0 {
+		b.tokens = math.Min(burst, b.tokens+el.Seconds()*rate)
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - b.tokens) / rate * float64(time.Second))
+}
+
+// tenantLimits is one tenant's master-side accounting.
+type tenantLimits struct {
+	quota      api.TenantQuota
+	loaded     bool
+	ops        bucket
+	keepalives bucket
+	waiters    uint64
+	reads      int // reads in progress
+	readQueue  int // reads waiting for a slot
+	readFree   chan struct{}
+}
+
+// limiter holds the master's per-tenant limits.
+type limiter struct {
+	r   *Replica
+	now func() monotime.Time
+
+	mu struct {
+		sync.Mutex
+		tenants map[string]*tenantLimits
+	}
+}
+
+func newLimiter(r *Replica) *limiter {
+	l := &limiter{r: r, now: monotime.Now}
+	l.mu.tenants = map[string]*tenantLimits{}
+	return l
+}
+
+// tenantLocked returns tenant's accounting, loading its quota from the
+// applied state on first use.
+// REQUIRES: l.mu held.
+func (l *limiter) tenantLocked(tenant string) *tenantLimits {
+	t := l.mu.tenants[tenant]
+	if t == nil {
+		t = &tenantLimits{readFree: make(chan struct{}, 1)}
+		l.mu.tenants[tenant] = t
+	}
+	if !t.loaded {
+		if info, err := l.r.ns.Tenant(l.r.admin(), tenant); err == nil {
+			t.quota, t.loaded = info.Quota, true
+		}
+		// A tenant that does not exist has no limits here: every call of
+		// its principals fails in the namespace (Unauthenticated).
+	}
+	return t
+}
+
+// setQuota records a tenant's quota as just applied (create or update).
+func (l *limiter) setQuota(tenant string, q api.TenantQuota) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenantLocked(tenant)
+	t.quota, t.loaded = q, true
+}
+
+// quota returns tenant's quota as the master knows it.
+func (l *limiter) quota(tenant string) api.TenantQuota {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tenantLocked(tenant).quota
+}
+
+// weight returns tenant's fair-share weight (at least 1).
+func weightOf(q api.TenantQuota) int {
+	switch {
+	case q.Weight == 0:
+		return 1
+	case q.Weight > 1000:
+		return 1000
+	}
+	return int(q.Weight)
+}
+
+// allowOp charges one call of tenant against its OpsPerSecond.
+func (l *limiter) allowOp(tenant string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenantLocked(tenant)
+	rate := float64(t.quota.OpsPerSecond)
+	if ok, wait := t.ops.take(l.now(), rate, rate); !ok {
+		l.r.metrics.shed(tenant, "ops_per_second")
+		return api.RetryAfterError(fmt.Sprintf("tenant %q: quota ops_per_second (%d) exceeded", tenant, t.quota.OpsPerSecond), wait)
+	}
+	return nil
+}
+
+// allowKeepAlive charges one KeepAlive of tenant against its budget.
+func (l *limiter) allowKeepAlive(tenant string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenantLocked(tenant)
+	rate := float64(t.quota.KeepAlivesPerSecond)
+	if ok, wait := t.keepalives.take(l.now(), rate, rate); !ok {
+		l.r.metrics.shed(tenant, "keepalives_per_second")
+		return api.RetryAfterError(fmt.Sprintf("tenant %q: quota keepalives_per_second (%d) exceeded", tenant, t.quota.KeepAlivesPerSecond), wait)
+	}
+	return nil
+}
+
+// addWaiter counts a new blocked Acquire of tenant against MaxWaiters; the
+// caller must call removeWaiter when it stops waiting.
+func (l *limiter) addWaiter(tenant string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenantLocked(tenant)
+	if max := t.quota.MaxWaiters; max != 0 && t.waiters >= max {
+		l.r.metrics.shed(tenant, "max_waiters")
+		return api.QuotaError(tenant, "max_waiters", max)
+	}
+	t.waiters++
+	return nil
+}
+
+func (l *limiter) removeWaiter(tenant string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.mu.tenants[tenant]; t != nil && t.waiters > 0 {
+		t.waiters--
+	}
+}
+
+// waiters returns tenant's blocked Acquire calls.
+func (l *limiter) waiters(tenant string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.mu.tenants[tenant]; t != nil {
+		return t.waiters
+	}
+	return 0
+}
+
+// beginRead admits one read of tenant: at most readCap×weight run at once
+// per tenant, and as many again may wait for a slot; beyond that the read
+// is shed. The returned end must be called when the read is done.
+func (l *limiter) beginRead(done <-chan struct{}, tenant string) (end func(), err error) {
+	capOf := func(t *tenantLimits) int { return l.r.cfg.TenantReadConcurrency * weightOf(t.quota) }
+	l.mu.Lock()
+	t := l.tenantLocked(tenant)
+	if t.reads < capOf(t) {
+		t.reads++
+		l.mu.Unlock()
+		return func() { l.endRead(t) }, nil
+	}
+	if t.readQueue >= capOf(t) {
+		l.mu.Unlock()
+		l.r.metrics.shed(tenant, "read_concurrency")
+		return nil, api.RetryAfterError(fmt.Sprintf("tenant %q: too many concurrent reads; the master is saturated", tenant), 10*time.Millisecond)
+	}
+	t.readQueue++
+	l.mu.Unlock()
+	for {
+		select {
+		case <-t.readFree:
+		case <-done:
+			l.mu.Lock()
+			t.readQueue--
+			l.mu.Unlock()
+			return nil, errCanceled
+		}
+		l.mu.Lock()
+		if t.reads < capOf(t) {
+			t.reads++
+			t.readQueue--
+			more := t.readQueue > 0 && t.reads < capOf(t)
+			l.mu.Unlock()
+			if more {
+				l.signal(t)
+			}
+			return func() { l.endRead(t) }, nil
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *limiter) endRead(t *tenantLimits) {
+	l.mu.Lock()
+	t.reads--
+	waiting := t.readQueue > 0
+	l.mu.Unlock()
+	if waiting {
+		l.signal(t)
+	}
+}
+
+func (l *limiter) signal(t *tenantLimits) {
+	select {
+	case t.readFree <- struct{}{}:
+	default:
+	}
+}
+
+var errCanceled = apiErr(api.Canceled, "the request was canceled")

@@ -1,0 +1,74 @@
+package cell
+
+import (
+	"context"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/namespace"
+)
+
+// Token administration (issue 7; see auth.go for how tokens authenticate).
+
+// tokenRecord returns the stored record of token id.
+func (r *Replica) tokenRecord(id string) (namespace.TokenRecord, bool, error) {
+	return r.ns.TokenByID(id)
+}
+
+// tokenApplied reacts to applied token commands: a revocation ends the
+// sessions bound to the token. It runs on the run loop goroutine.
+func (m *master) tokenApplied(reply namespace.Reply) {
+	if tr, ok := reply.(*namespace.TokenRevoked); ok {
+		m.tokenRevoked(tr.Info.ID)
+	}
+}
+
+func handleIssueToken(ctx context.Context, c *rpcCall, req *api.IssueTokenRequest) (any, error) {
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	if !c.isAdmin() {
+		return nil, apiErr(api.PermissionDenied, "only the cell administrator issues tokens")
+	}
+	if req.Tenant == AdminTenant {
+		return nil, errInvalid("tokens are for tenant principals; the cell administrator uses its certificate")
+	}
+	tok, id, hash, err := newToken()
+	if err != nil {
+		return nil, apiErr(api.Internal, "generating a token: "+err.Error())
+	}
+	reply, err := result(c.propose(ctx, &namespace.IssueToken{ID: id, Tenant: req.Tenant, Principal: req.Principal, Hash: hash}))
+	if err != nil {
+		return nil, err
+	}
+	c.r.log.Info("tenant token issued", "tenant", req.Tenant, "principal", req.Principal, "token", id)
+	return &api.IssueTokenResponse{Token: tok, Info: reply.(*namespace.TokenIssued).Info}, nil
+}
+
+func handleRevokeToken(ctx context.Context, c *rpcCall, req *api.RevokeTokenRequest) (any, error) {
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	if !c.isAdmin() {
+		return nil, apiErr(api.PermissionDenied, "only the cell administrator revokes tokens")
+	}
+	reply, err := result(c.propose(ctx, &namespace.RevokeToken{Tenant: req.Tenant, ID: req.ID}))
+	if err != nil {
+		return nil, err
+	}
+	c.r.log.Info("tenant token revoked", "tenant", req.Tenant, "token", req.ID)
+	return &api.IssueTokenResponse{Info: reply.(*namespace.TokenRevoked).Info}, nil
+}
+
+func handleListTokens(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
+	if _, err := c.needMaster(); err != nil {
+		return nil, err
+	}
+	if !c.isAdmin() {
+		return nil, apiErr(api.PermissionDenied, "only the cell administrator lists tokens")
+	}
+	ts, err := c.r.ns.ListTokens(c.caller, req.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &api.ListTokensResponse{Tokens: ts}, nil
+}
