@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/internal/certs"
 )
 
@@ -72,7 +73,14 @@ func cmdStatus(e *env, args []string) int {
 	}
 	ctx, cancel := e.bounded()
 	defer cancel()
-	c, f, err := e.dial(ctx, false)
+	// The cell shows its progress (slots, lag) to the administrator only;
+	// use the administrator's certificate when the settings file has one
+	// (the dev cell's does) and no token was given.
+	admin := false
+	if f, err := client.ReadConfigFile(e.config); err == nil && f.AdminCert != "" && e.token == "" {
+		admin = true
+	}
+	c, f, err := e.dial(ctx, admin)
 	if err != nil {
 		return e.fail("status", err)
 	}
@@ -102,6 +110,10 @@ func cmdStatus(e *env, args []string) int {
 		if r.ID == st.Master {
 			role = "master"
 		}
+		if !admin {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t-\t-\t-\n", r.ID, r.Addr, role)
+			continue
+		}
 		lag := uint64(0)
 		if st.Chosen > rs.Applied {
 			lag = st.Chosen - rs.Applied
@@ -109,6 +121,9 @@ func cmdStatus(e *env, args []string) int {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\n", r.ID, r.Addr, role, rs.Chosen, rs.Applied, lag)
 	}
 	_ = tw.Flush()
+	if !admin {
+		fmt.Fprintln(e.stdout, "(slots and lag are shown to the cell administrator only)")
+	}
 	if f.PublicKey != "" {
 		fmt.Fprintf(e.stdout, "sequencer public key: %s\n", f.PublicKey)
 	}
