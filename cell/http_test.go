@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/transport"
 )
@@ -23,9 +24,16 @@ func TestHTTPEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One lock held, for the locks_held gauge.
+	c := newTestClient(t, lc, "t", "alice")
+	c.createSession(ctx)
+	if _, err := c.acquire(ctx, c.mustOpen(ctx, "/t/held"), api.LockExclusive, false); err != nil {
+		t.Fatal(err)
+	}
 	base := "http://" + m.HTTPAddr()
 	for _, tc := range []struct{ method, path, want string }{
 		{"GET", "/metrics", "lockcell_paxos_chosen_slot"},
+		{"GET", "/metrics", "lockcell_locks_held 1"},
 		{"GET", "/healthz", "ok"},
 		{"GET", "/status", `"Cell":"test"`},
 		{"GET", "/", "master"},
