@@ -123,8 +123,9 @@ type Config struct {
 	// with ResourceExhausted. If zero, DefaultTenantQueue.
 	TenantQueue int
 	// TenantReadConcurrency bounds the reads a tenant of weight 1 has
-	// served at once (weight w: w times as many). If zero,
-	// DefaultTenantReadConcurrency.
+	// served at once (weight w: w times as many); further reads wait, up to
+	// TenantQueue per unit of weight, and beyond that are shed with
+	// ResourceExhausted. If zero, DefaultTenantReadConcurrency.
 	TenantReadConcurrency int
 	// Logger receives the replica's logs. If nil, slog.Default().
 	Logger *slog.Logger

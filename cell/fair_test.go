@@ -174,7 +174,7 @@ func TestSchedulerWindowAndShedding(t *testing.T) {
 func TestReadCap(t *testing.T) { synctest.Test(t, testReadCap) }
 
 func testReadCap(t *testing.T) {
-	r := &Replica{cfg: Config{TenantReadConcurrency: 2}}
+	r := &Replica{cfg: Config{TenantReadConcurrency: 2, TenantQueue: 2}}
 	r.metrics = newMetrics(r)
 	l := newLimiter(r)
 	l.mu.tenants["a"] = &tenantLimits{loaded: true, readFree: make(chan struct{}, 1)}

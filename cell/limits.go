@@ -196,7 +196,10 @@ func (l *limiter) beginRead(done <-chan struct{}, tenant string) (end func(), er
 		l.mu.Unlock()
 		return func() { l.endRead(t) }, nil
 	}
-	if t.readQueue >= capOf(t) {
+	// Reads are short: queue as many as the tenant may queue proposals
+	// (TenantQueue per unit of weight) before shedding, so that one tenant
+	// alone on the cell is never refused.
+	if t.readQueue >= l.r.cfg.TenantQueue*weightOf(t.quota) {
 		l.mu.Unlock()
 		l.r.metrics.shed(tenant, "read_concurrency")
 		return nil, api.RetryAfterError(fmt.Sprintf("tenant %q: too many concurrent reads; the master is saturated", tenant), 10*time.Millisecond)
