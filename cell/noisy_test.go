@@ -254,8 +254,12 @@ func TestNoisyNeighbour(t *testing.T) {
 		defer close(flooding)
 		f.run(fctx)
 	}()
-	// Let the flood get going: beta starts once alpha has writes through.
-	waitFor(t, ctx, "the flood to start", func() bool { return f.acked.Load() > 100 })
+	// Let the flood get going: beta starts once alpha has tried every one
+	// of its sessions (some beyond its quota) and has writes through, so the
+	// outcome does not depend on how fast this machine is.
+	waitFor(t, ctx, "the flood to start", func() bool {
+		return f.sessionsOK.Load()+f.sessionsRefuse.Load() == int64(f.sessions) && f.acked.Load() > 100
+	})
 	_, err := steady(t, ctx, b, h, 100)
 	stop()
 	<-flooding
