@@ -20,6 +20,10 @@ const module = "github.com/lockcell/lockcell"
 // picture in ../shared/DESIGN.md. Every package may import internal/...
 // helpers; internal/... packages may import only each other. A package is
 // matched by its longest listed prefix ("tools" covers tools/nemesis).
+// Beyond the DESIGN.md picture, packages within tools/ may import each
+// other (tools/nemesis reuses tools/fencedkv), and so may packages within
+// bench/ (bench/cmd/... runs the bench harness); cmd/* never import each
+// other, and nothing outside the top layer imports it.
 var allowed = map[string][]string{
 	"paxos":           {},
 	"paxos/paxostest": {"paxos"},
