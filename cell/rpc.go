@@ -694,22 +694,22 @@ func handleListTenants(ctx context.Context, c *rpcCall, req *api.ListRequest) (a
 }
 
 func handleListSessions(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
-	if _, err := c.needMaster(); err != nil {
-		return nil, err
-	}
-	end, err := c.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-	ss, err := c.r.ns.ListSessions(c.caller, c.listTenant(req))
-	if err != nil {
-		return nil, err
-	}
-	return &api.ListSessionsResponse{Sessions: ss}, nil
+	return c.masterRead(ctx, func() (any, error) {
+		ss, err := c.r.ns.ListSessions(c.caller, c.listTenant(req))
+		return &api.ListSessionsResponse{Sessions: ss}, err
+	})
 }
 
 func handleListLocks(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
+	return c.masterRead(ctx, func() (any, error) {
+		ls, err := c.r.ns.ListLocks(c.caller, c.listTenant(req))
+		return &api.ListLocksResponse{Locks: ls}, err
+	})
+}
+
+// masterRead runs a sessionless read at the master within the caller's
+// tenant's share of concurrent reads.
+func (c *rpcCall) masterRead(ctx context.Context, read func() (any, error)) (any, error) {
 	if _, err := c.needMaster(); err != nil {
 		return nil, err
 	}
@@ -718,11 +718,11 @@ func handleListLocks(ctx context.Context, c *rpcCall, req *api.ListRequest) (any
 		return nil, err
 	}
 	defer end()
-	ls, err := c.r.ns.ListLocks(c.caller, c.listTenant(req))
+	resp, err := read()
 	if err != nil {
 		return nil, err
 	}
-	return &api.ListLocksResponse{Locks: ls}, nil
+	return resp, nil
 }
 
 // listTenant defaults a listing to the caller's own tenant.

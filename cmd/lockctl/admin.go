@@ -15,33 +15,35 @@ import (
 )
 
 func cmdSessions(e *env, args []string) int {
-	fs := e.flags("sessions", "[--tenant T]", "Lists the open sessions of your tenant (administrators: of --tenant).")
-	tenant := fs.String("tenant", "", "tenant to list (default: the certificate's own)")
-	if code, stop := e.parse(fs, args, 0, 0); stop {
-		return code
-	}
-	ctx, cancel := e.bounded()
-	defer cancel()
-	c, _, err := e.dial(ctx, false)
-	if err != nil {
-		return e.fail("sessions", err)
-	}
-	defer c.Close()
-	ss, err := c.ListSessions(ctx, *tenant)
-	if err != nil {
-		return e.fail("sessions", err)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tTENANT\tPRINCIPAL\tCREATED")
-	for _, s := range ss {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.ID, s.Tenant, s.Principal, time.Unix(0, s.Created).UTC().Format(time.RFC3339))
-	}
-	_ = tw.Flush()
-	return exitOK
+	return tenantListing(e, args, "sessions", "Lists the open sessions of your tenant (administrators: of --tenant).",
+		"SESSION\tTENANT\tPRINCIPAL\tCREATED",
+		func(ctx context.Context, c *client.Client, tenant string) ([]string, error) {
+			ss, err := c.ListSessions(ctx, tenant)
+			rows := make([]string, len(ss))
+			for i, s := range ss {
+				rows[i] = fmt.Sprintf("%d\t%s\t%s\t%s", s.ID, s.Tenant, s.Principal, time.Unix(0, s.Created).UTC().Format(time.RFC3339))
+			}
+			return rows, err
+		})
 }
 
 func cmdLocks(e *env, args []string) int {
-	fs := e.flags("locks", "[--tenant T]", "Lists the held locks of your tenant (administrators: of --tenant).")
+	return tenantListing(e, args, "locks", "Lists the held locks of your tenant (administrators: of --tenant).",
+		"PATH\tMODE\tGENERATION\tHOLDERS",
+		func(ctx context.Context, c *client.Client, tenant string) ([]string, error) {
+			ls, err := c.ListLocks(ctx, tenant)
+			rows := make([]string, len(ls))
+			for i, l := range ls {
+				rows[i] = fmt.Sprintf("%s\t%s\t%d\t%v", l.Path, l.Mode, l.Generation, l.Holders)
+			}
+			return rows, err
+		})
+}
+
+// tenantListing runs a listing command with a --tenant flag: it dials,
+// lists, and prints a table with header and one tab-separated row per item.
+func tenantListing(e *env, args []string, name, summary, header string, list func(context.Context, *client.Client, string) ([]string, error)) int {
+	fs := e.flags(name, "[--tenant T]", summary)
 	tenant := fs.String("tenant", "", "tenant to list (default: the certificate's own)")
 	if code, stop := e.parse(fs, args, 0, 0); stop {
 		return code
@@ -50,17 +52,17 @@ func cmdLocks(e *env, args []string) int {
 	defer cancel()
 	c, _, err := e.dial(ctx, false)
 	if err != nil {
-		return e.fail("locks", err)
+		return e.fail(name, err)
 	}
 	defer c.Close()
-	ls, err := c.ListLocks(ctx, *tenant)
+	rows, err := list(ctx, c, *tenant)
 	if err != nil {
-		return e.fail("locks", err)
+		return e.fail(name, err)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PATH\tMODE\tGENERATION\tHOLDERS")
-	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", l.Path, l.Mode, l.Generation, l.Holders)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, r)
 	}
 	_ = tw.Flush()
 	return exitOK
