@@ -10,8 +10,8 @@ func (n *Node) grantBlocks(from ID) bool {
 }
 
 // canPromiseSelf reports whether this replica may promise its own new
-// ballot: no live grant to another proposer.
-func (n *Node) canPromiseSelf() bool { return !n.grantBlocks(n.id) }
+// ballot: it votes, and has no live grant to another proposer.
+func (n *Node) canPromiseSelf() bool { return n.voting() && !n.grantBlocks(n.id) }
 
 // grant gives ballot b a lease of LeaseTicks from now.
 func (n *Node) grant(b Ballot) {
@@ -22,8 +22,12 @@ func (n *Node) grant(b Ballot) {
 	n.grantLeft = n.cfg.LeaseTicks
 }
 
-// onPrepare handles Phase 1a.
+// onPrepare handles Phase 1a. A rebuilding replica promises nothing and
+// says nothing: it cannot know what it promised before.
 func (n *Node) onPrepare(m Message) {
+	if !n.voting() {
+		return
+	}
 	if m.Ballot < n.promised {
 		n.send(Message{Type: MsgReject, To: m.From, Ballot: m.Ballot, Promised: n.promised})
 		return
@@ -50,12 +54,16 @@ func (n *Node) onPrepare(m Message) {
 			ents = append(ents, e)
 		}
 	}
-	n.send(Message{Type: MsgPromise, To: m.From, Ballot: m.Ballot, Entries: ents, Compacted: n.compacted})
+	n.send(Message{Type: MsgPromise, To: m.From, Ballot: m.Ballot, Entries: ents, Compacted: n.compacted, Tick: m.Tick})
 }
 
 // onAccept handles Phase 2a (and heartbeats, which are accepts without
 // entries).
 func (n *Node) onAccept(m Message) {
+	if !n.voting() {
+		n.learnFromAccept(m)
+		return
+	}
 	if m.Ballot < n.promised {
 		n.send(Message{Type: MsgReject, To: m.From, Ballot: m.Ballot, Promised: n.promised})
 		return
@@ -83,9 +91,16 @@ func (n *Node) onAccept(m Message) {
 		}
 		n.setLog(e)
 	}
-	// Learn from the piggybacked chosen index: a slot up to it whose entry
-	// we hold at the leader's ballot holds the leader's value, which the
-	// leader knows chosen.
+	n.learnCommitted(m)
+	n.send(Message{Type: MsgAccepted, To: m.From, Ballot: m.Ballot, Slots: slots, Tick: m.Tick})
+	n.maybeLearn(m.From, m.Commit)
+}
+
+// learnCommitted learns from an Accept's piggybacked chosen index: a slot up
+// to it whose entry we hold at the leader's ballot holds the leader's value
+// (one proposer per ballot, one value per slot), which the leader knows
+// chosen.
+func (n *Node) learnCommitted(m Message) {
 	for n.chosen < m.Commit {
 		e, ok := n.log[n.chosen+1]
 		if !ok || e.Ballot != m.Ballot {
@@ -93,7 +108,16 @@ func (n *Node) onAccept(m Message) {
 		}
 		n.markChosen(e)
 	}
-	n.send(Message{Type: MsgAccepted, To: m.From, Ballot: m.Ballot, Slots: slots, Tick: m.Tick})
+}
+
+// learnFromAccept is a rebuilding replica's handling of an Accept: it
+// accepts nothing and grants no lease, but notes the leader and learns
+// what the leader says is chosen.
+func (n *Node) learnFromAccept(m Message) {
+	if m.Ballot >= n.leaderBallot {
+		n.leaderBallot = m.Ballot
+	}
+	n.learnCommitted(m)
 	n.maybeLearn(m.From, m.Commit)
 }
 
@@ -107,7 +131,7 @@ func (n *Node) onRelease(m Message) {
 	if n.leaderBallot == m.Ballot {
 		n.leaderBallot = 0
 	}
-	if m.Type == MsgTimeoutNow && m.Ballot >= n.promised && n.role == Follower {
+	if m.Type == MsgTimeoutNow && m.Ballot >= n.promised && n.role == Follower && n.voting() {
 		if n.canPromiseSelf() {
 			n.campaign()
 		} else {

@@ -67,6 +67,14 @@ type Config struct {
 	// restart); chosen values up to it are not handed out again. If it lies
 	// below the stored snapshot, the first Ready hands out the snapshot.
 	Applied Slot
+	// Rebuild starts the node as a rebuilding learner. The caller sets it
+	// when it finds that this replica lost or damaged durable state (a
+	// wiped data directory, a log that lost acknowledged records, a store
+	// moved aside): the node then votes in nothing until it has rebuilt, as
+	// the package documentation describes. A node whose stored HardState
+	// says Rebuilding resumes rebuilding whatever Rebuild says; a node that
+	// never voted (a brand-new member) must not set it.
+	Rebuild bool
 }
 
 // populate returns cfg with defaults filled in.

@@ -35,6 +35,87 @@
 // LeaseTicks after NewNode. StepDown hands over without waiting out the
 // lease.
 //
+// Every vote a proposer collects (a promise, an accept's acknowledgement, a
+// lease grant) counts at the proposer only for a bounded time: while its own
+// tick count is below t + E, where t is its tick count when it sent the
+// request that drew the vote (Prepare and Accept carry it in Tick; Promise
+// and Accepted echo it) and E = (LeaseTicks-1)/(1+DriftPPM/1e6), the lease
+// term shortened by the drift bound. A candidate completes Phase 1 only with
+// a majority of promises that count at that moment (it asks again for one
+// that no longer counts); a leader deems a slot chosen only when a majority
+// of acknowledgements count (it retransmits to a peer whose acknowledgement
+// lapsed). In real time a vote so counts for at most E*P_c after the request
+// left, P_c the proposer's tick period, which by the drift bound is at most
+// (LeaseTicks-1)*P_a for any acceptor's period P_a: no longer than
+// LeaseTicks ticks of the acceptor that cast it. Votes normally come back
+// within milliseconds, so the bound costs nothing but a retry after a long
+// partition.
+//
+// # Lost state
+//
+// Paxos is safe only if an acceptor never forgets a vote. A replica whose
+// durable state was lost or damaged (a wiped or replaced disk, a log that
+// lost acknowledged records, a store moved aside as corrupt) has forgotten
+// some: promises (it may accept a ballot below one it promised, behind the
+// back of the proposer that counted that promise), accepts (a quorum it
+// belonged to chose a value it no longer reports, so a later Phase 1 over a
+// quorum that includes it may miss the value) and lease grants (it may help
+// a second master while the first still counts its grant). The caller
+// detects the loss and starts the node with Config.Rebuild (the cell's
+// evidence is described in cell/store.go). Such a node is a learner: it
+// promises nothing, accepts nothing and grants no lease; it learns chosen
+// values (facts, which it may also serve to others) and votes again only
+// after four steps (rebuild.go), a stronger condition than Paxos Made Live
+// §5.1's "observe one complete instance started after recovery", which says
+// nothing of promises collected before the loss and counted after it:
+//
+//  1. Wait LeaseTicks of its own ticks after NewNode (T0), which takes at
+//     least (LeaseTicks-1)*P_a of real time. Lemma 1: every vote it cast
+//     before losing its state was drawn by a request sent before T0, so by
+//     the bound above no proposer counts it after the wait ends (T_w). The
+//     same wait covers its forgotten lease grants.
+//  2. Ask every peer, with a fresh nonce, for its promised ballot and its
+//     highest accepted (or snapshot) slot, and take answers from a majority
+//     M of the cell not counting itself; only voting replicas answer.
+//     Answers are given after T_w.
+//  3. Learn chosen values until it knows every slot up to H, the highest
+//     slot in the answers, chosen (asking the leader to fill the log to H
+//     with no-ops when nothing else would get it there).
+//  4. Take B, the highest ballot in the answers, as its promise, clear the
+//     Rebuilding flag, make that durable, and only then vote.
+//
+// Why that suffices. Call a vote used if a proposer counted it: a promise
+// in a completed Phase 1, an acknowledgement in a majority that made a slot
+// chosen. By Lemma 1, every forgotten vote of the rebuilt replica R that
+// was ever used was used before T_w. (a) A used forgotten promise of ballot
+// b: the Phase 1 it completed had a majority Q of promises, all made before
+// T_w. Q minus R and M (a majority without R) must meet, since together
+// they hold at least n members among the n-1 others; the replica X in both
+// promised b before T_w and answered after, so answered a ballot of at
+// least b (promises only grow; if X itself lost state since, its own
+// rebuild took at least b by this same argument at an earlier time). So
+// B >= b: R never accepts below a ballot whose Phase 1 counted its
+// forgotten promise. (b) A used forgotten acknowledgement of slot s: s was
+// chosen before T_w by a majority Q, and the replica in both Q minus R and
+// M had accepted s before answering, so H >= s: R knows s chosen (and its
+// value) before it votes, and reports it as chosen in every later Promise.
+// (c) Unused forgotten votes can no longer be used (Lemma 1): for every
+// proposer they are as if their messages had been lost, which Paxos
+// tolerates. (d) A forgotten grant was counted by a leader only until T_w,
+// and R grants nothing before. What R still holds after the loss is a true
+// prefix of its history, and learned values are chosen values, so after
+// rejoining R behaves as an acceptor that never cast its unused forgotten
+// votes and never went below its used ones. No two values are chosen for a
+// slot and no two masters overlap, given that no more than a minority of
+// the cell is without its state at once (fewer voters than a majority
+// cannot answer step 2, and the rebuild waits) and that tick rates stay
+// within DriftPPM. Restarting during a rebuild starts it over (the flag is
+// durable), which only waits longer.
+//
+// Timing is used exactly as the master lease uses it: the proposer side of
+// the bound (counting votes only for E of its own ticks) is enforced by
+// this package; the acceptor side is the rebuild's wait.
+//
 // # The caller's duties
 //
 // The caller runs one loop around a Node (the cell's run loop). Each time

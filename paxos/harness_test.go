@@ -76,6 +76,11 @@ type replica struct {
 	soft     SoftState
 	outcomes []Outcome
 	readies  int
+
+	// lost: the replica's durable state was damaged while it was down; it
+	// restarts rebuilding (Config.Rebuild) if rebuildOnLoss. rebuilding: it
+	// restarted so and has not voted again yet.
+	lost, rebuildOnLoss, rebuilding bool
 }
 
 func newReplica(tb testing.TB, cfg Config) *replica {
@@ -105,6 +110,7 @@ func (r *replica) restart(tb testing.TB, seed uint64) {
 	cfg.Storage = r.store
 	cfg.Applied = 0
 	cfg.Seed = seed
+	cfg.Rebuild = r.lost && r.rebuildOnLoss
 	r.app = &testApp{}
 	node, err := NewNode(cfg)
 	if err != nil {

@@ -12,12 +12,13 @@ type MessageType uint8
 // sender's chosen index, so any message can tell its receiver it is behind).
 const (
 	// MsgPrepare (Phase 1a): a candidate asks for a promise on Ballot for
-	// every slot from Slot onward.
+	// every slot from Slot onward. Tick is the candidate's tick count when it
+	// sent the message.
 	MsgPrepare MessageType = iota + 1
 	// MsgPromise (Phase 1b): the acceptor promised Ballot; Entries are all it
 	// accepted from the Prepare's Slot onward (the ones at or below Commit
 	// hold chosen values); Compacted is its snapshot slot (it holds no
-	// entries at or below it).
+	// entries at or below it); Tick echoes the Prepare's Tick.
 	MsgPromise
 	// MsgAccept (Phase 2a): the leader with Ballot asks to accept Entries
 	// (all at Ballot; none for a heartbeat) and asks for a lease grant. Tick
@@ -43,6 +44,15 @@ const (
 	// MsgTimeoutNow: the leader with Ballot stepped down and asks the
 	// receiver to campaign at once (it also releases the grant).
 	MsgTimeoutNow
+	// MsgRebuild: a rebuilding replica asks a voting replica for its
+	// promised ballot and its highest accepted slot (MsgRebuildAck, echoing
+	// Nonce). Slot, if not zero, also asks a leader to let the log reach
+	// Slot, filling it with no-ops if nothing else is proposed.
+	MsgRebuild
+	// MsgRebuildAck answers MsgRebuild: Promised is the sender's promised
+	// ballot, Slot its highest accepted slot (or snapshot slot), Nonce the
+	// request's.
+	MsgRebuildAck
 
 	msgTypeEnd // one past the last type
 )
@@ -62,12 +72,13 @@ const (
 //     promises; a request for them promises nothing.
 //   - MsgRelease, MsgTimeoutNow: the leader already stopped acting as
 //     master in memory when it made them.
+//   - MsgRebuild: a rebuilding replica's request promises nothing.
 //
-// Prepare (its ballot is this Ready's promise), Promise, Accepted and Reject
-// (an acceptor's answers) depend on persistence: invariant 2.
+// Prepare (its ballot is this Ready's promise), Promise, Accepted, Reject
+// and RebuildAck (an acceptor's answers) depend on persistence: invariant 2.
 func (m Message) DependsOnPersist() bool {
 	switch m.Type {
-	case MsgAccept, MsgLearn, MsgLearnReq, MsgSnapshot, MsgRelease, MsgTimeoutNow:
+	case MsgAccept, MsgLearn, MsgLearnReq, MsgSnapshot, MsgRelease, MsgTimeoutNow, MsgRebuild:
 		return false
 	}
 	return true
@@ -76,7 +87,7 @@ func (m Message) DependsOnPersist() bool {
 var msgTypeNames = [...]string{
 	MsgPrepare: "Prepare", MsgPromise: "Promise", MsgAccept: "Accept", MsgAccepted: "Accepted",
 	MsgReject: "Reject", MsgLearnReq: "LearnReq", MsgLearn: "Learn", MsgSnapshot: "Snapshot",
-	MsgRelease: "Release", MsgTimeoutNow: "TimeoutNow",
+	MsgRelease: "Release", MsgTimeoutNow: "TimeoutNow", MsgRebuild: "Rebuild", MsgRebuildAck: "RebuildAck",
 }
 
 // String returns the type's name, for example "Prepare".
@@ -104,6 +115,7 @@ type Message struct {
 	Entries   []Entry     `msgpack:"e,omitempty"`
 	Slots     []Slot      `msgpack:"a,omitempty"`
 	Snapshot  Snapshot    `msgpack:"n"`
+	Nonce     uint64      `msgpack:"x,omitempty"`
 }
 
 // String describes m on one stable line, for logs and golden tests.
@@ -144,6 +156,9 @@ func (m Message) String() string {
 	}
 	if !m.Snapshot.IsEmpty() {
 		fmt.Fprintf(&b, " snap=%d", m.Snapshot.Slot)
+	}
+	if m.Nonce != 0 {
+		fmt.Fprintf(&b, " nonce=%x", m.Nonce)
 	}
 	return b.String()
 }
@@ -268,6 +283,10 @@ func (n *Node) check(m *Message) error {
 	case MsgLearnReq:
 		if m.Slot == 0 {
 			return bad("learn request from slot 0")
+		}
+	case MsgRebuild, MsgRebuildAck:
+		if m.Nonce == 0 {
+			return bad("no nonce")
 		}
 	}
 	return nil

@@ -16,8 +16,8 @@ func sampleMessages() []Message {
 		{Slot: 5, Ballot: b, Value: Value{Cmds: []Command{}}},
 	}
 	return []Message{
-		{Type: MsgPrepare, To: 1, From: 2, Ballot: b, Slot: 4, Commit: 3},
-		{Type: MsgPromise, To: 2, From: 1, Ballot: b, Commit: 4, Compacted: 2, Entries: ents},
+		{Type: MsgPrepare, To: 1, From: 2, Ballot: b, Slot: 4, Commit: 3, Tick: 98},
+		{Type: MsgPromise, To: 2, From: 1, Ballot: b, Commit: 4, Compacted: 2, Entries: ents, Tick: 98},
 		{Type: MsgAccept, To: 1, From: 2, Ballot: b, Commit: 3, Tick: 99, Entries: ents},
 		{Type: MsgAccepted, To: 2, From: 1, Ballot: b, Commit: 3, Tick: 99, Slots: []Slot{4, 5}},
 		{Type: MsgReject, To: 2, From: 1, Ballot: b, Promised: MakeBallot(8, 3), LeaseLeft: 17, Commit: 1},
@@ -26,6 +26,8 @@ func sampleMessages() []Message {
 		{Type: MsgSnapshot, To: 2, From: 1, Commit: 9, Snapshot: Snapshot{Slot: 9, Data: []byte("state")}},
 		{Type: MsgRelease, To: 1, From: 2, Ballot: b, Commit: 3},
 		{Type: MsgTimeoutNow, To: 3, From: 2, Ballot: b, Commit: 3},
+		{Type: MsgRebuild, To: 1, From: 2, Slot: 40, Commit: 3, Nonce: 0xfeed},
+		{Type: MsgRebuildAck, To: 2, From: 1, Promised: b, Slot: 41, Commit: 39, Nonce: 0xfeed},
 	}
 }
 
@@ -87,6 +89,9 @@ func TestStepRejectsBadInput(t *testing.T) {
 		{"learnreq from 0", Message{Type: MsgLearnReq, To: 1, From: 2}},
 		{"release of a foreign ballot", Message{Type: MsgRelease, To: 1, From: 2, Ballot: MakeBallot(3, 3)}},
 		{"timeoutnow without ballot", Message{Type: MsgTimeoutNow, To: 1, From: 2}},
+		{"rebuild without nonce", Message{Type: MsgRebuild, To: 1, From: 2, Slot: 4}},
+		{"rebuild ack without nonce", Message{Type: MsgRebuildAck, To: 1, From: 2, Slot: 4}},
+		{"rebuild beyond MaxSlot", Message{Type: MsgRebuild, To: 1, From: 2, Slot: MaxSlot + 1, Nonce: 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -114,6 +114,9 @@ type Status struct {
 	Pending int
 	// Ticks counts calls to Tick since NewNode.
 	Ticks uint64
+	// Rebuild describes the rebuild in progress: while Rebuild.Phase is not
+	// RebuildNone this replica is a learner that votes in nothing.
+	Rebuild RebuildStatus
 }
 
 // Node is one replica's multi-Paxos state machine: proposer, acceptor and
@@ -163,6 +166,8 @@ type Node struct {
 
 	cand *campaign
 	lead *leadership
+	// rb is the rebuild in progress; nil while this replica votes.
+	rb *rebuild
 
 	waiting map[Slot][]ProposalID // our proposals placed in a slot, undecided
 
@@ -182,6 +187,8 @@ type Node struct {
 //
 // A restarted acceptor cannot remember the lease grants it made, so for
 // LeaseTicks ticks after NewNode it promises no new ballot, its own included.
+// With Config.Rebuild, or a stored HardState that says Rebuilding, the node
+// starts as a rebuilding learner (see the package documentation).
 func NewNode(cfg Config) (*Node, error) {
 	cfg = cfg.populate()
 	if err := cfg.validate(); err != nil {
@@ -237,7 +244,7 @@ func NewNode(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("paxos: storage claims slot %d chosen but holds no entry for it", s)
 		}
 	}
-	n.prevHS = HardState{Promised: hs.Promised, Chosen: hs.Chosen}
+	n.prevHS = HardState{Promised: hs.Promised, Chosen: hs.Chosen, Rebuilding: hs.Rebuilding}
 	n.applied = cfg.Applied
 	n.handed = cfg.Applied
 	if cfg.Applied < snap.Slot {
@@ -245,6 +252,9 @@ func NewNode(cfg Config) (*Node, error) {
 		n.handed = snap.Slot
 	}
 	n.resetElection()
+	if cfg.Rebuild || hs.Rebuilding {
+		n.startRebuild()
+	}
 	return n, nil
 }
 
@@ -272,6 +282,11 @@ func (n *Node) Tick() {
 	}
 	switch n.role {
 	case Follower:
+		if !n.voting() {
+			n.tickRebuild()
+			n.advanceRebuild()
+			break
+		}
 		n.electionElapsed++
 		if (n.electionElapsed >= n.electionTimeout || n.campaignASAP) && n.canPromiseSelf() {
 			n.campaign()
@@ -303,6 +318,9 @@ func (n *Node) Step(m Message) error {
 	if m.Type == MsgAccepted && n.role == Leader && m.Ballot == n.lead.ballot && m.Tick > n.now {
 		return fmt.Errorf("%w: Accepted from %d echoes tick %d, this replica is at %d", ErrInvalidMessage, m.From, m.Tick, n.now)
 	}
+	if m.Type == MsgPromise && n.role == Candidate && m.Ballot == n.cand.ballot && m.Tick > n.now {
+		return fmt.Errorf("%w: Promise from %d echoes tick %d, this replica is at %d", ErrInvalidMessage, m.From, m.Tick, n.now)
+	}
 	if r := m.Ballot.Round(); r > n.maxRound {
 		n.maxRound = r
 	}
@@ -328,7 +346,12 @@ func (n *Node) Step(m Message) error {
 		n.onLearn(m)
 	case MsgSnapshot:
 		n.onSnapshot(m)
+	case MsgRebuild:
+		n.onRebuild(m)
+	case MsgRebuildAck:
+		n.onRebuildAck(m)
 	}
+	n.advanceRebuild()
 	return n.err
 }
 
@@ -439,6 +462,7 @@ func (n *Node) Status() Status {
 		Applied:   n.applied,
 		Compacted: n.compacted,
 		Ticks:     n.now,
+		Rebuild:   n.rebuildStatus(),
 	}
 	soft := n.softState()
 	st.Leader, st.Epoch, st.Master = soft.Leader, soft.Epoch, soft.Master
@@ -464,13 +488,14 @@ func (n *Node) softState() SoftState {
 
 // hardState returns the hard state to persist. While a snapshot waits to be
 // installed, Chosen does not move past what is stored, because the caller
-// saves the snapshot after the Ready's HardState.
+// saves the snapshot after the Ready's HardState. A rebuild is durable until
+// the replica rejoins.
 func (n *Node) hardState() HardState {
 	c := n.chosen
 	if !n.pendingSnap.IsEmpty() && c > n.prevHS.Chosen {
 		c = n.prevHS.Chosen
 	}
-	return HardState{Promised: n.promised, Chosen: c}
+	return HardState{Promised: n.promised, Chosen: c, Rebuilding: n.rb != nil && n.rb.phase != RebuildRejoining}
 }
 
 // HasReady reports whether Ready would return anything to do.
@@ -485,7 +510,7 @@ func (n *Node) HasReady() bool {
 		return true
 	}
 	if l := n.lead; l != nil && n.role == Leader {
-		if len(l.toSend) > 0 || l.commitSent < n.chosen || (len(l.pending) > 0 && n.windowOpen()) {
+		if len(l.toSend) > 0 || l.commitSent < n.chosen || (l.wantsSlot() && n.windowOpen()) {
 			return true
 		}
 	}
@@ -506,8 +531,11 @@ func (n *Node) Ready() Ready {
 	var rd Ready
 	if hs := n.hardState(); hs != n.prevHS {
 		rd.HardState = hs
-		rd.MustSync = hs.Promised != n.prevHS.Promised
+		rd.MustSync = hs.Promised != n.prevHS.Promised || hs.Rebuilding != n.prevHS.Rebuilding
 		n.prevHS = hs
+		if rb := n.rb; rb != nil && rb.phase == RebuildRejoining && !hs.Rebuilding {
+			rb.handed = true
+		}
 	}
 	if len(n.unsaved) > 0 {
 		rd.Entries = n.unsaved
@@ -558,7 +586,7 @@ func (n *Node) Advance(rd Ready) {
 	if n.role == Leader {
 		for _, e := range rd.Entries {
 			if e.Ballot == n.lead.ballot {
-				n.ackSlot(n.self, e.Slot)
+				n.ackSlot(n.self, e.Slot, n.now)
 			}
 		}
 		n.advanceLeaderChosen()
@@ -566,6 +594,12 @@ func (n *Node) Advance(rd Ready) {
 	if n.role == Candidate && rd.HardState.Promised == n.cand.ballot {
 		n.cand.selfDurable = true
 		n.tryWin()
+	}
+	// A rebuilt replica votes once its rejoining hard state (the adopted
+	// promise, the Rebuilding flag cleared) is durable.
+	if rb := n.rb; rb != nil && rb.handed {
+		n.rb = nil
+		n.resetElection()
 	}
 }
 

@@ -140,8 +140,8 @@ func TestPaperLeaderReproposesHighestNumbered(t *testing.T) {
 		t.Fatalf("campaign: %s, hs %+v sync %v", describeMsgs(rd.Messages), rd.HardState, rd.MustSync)
 	}
 	low, high := MakeBallot(b.Round()-1, 2), MakeBallot(b.Round()-1, 4)
-	mustStep(t, n, Message{Type: MsgPromise, To: 1, From: 2, Ballot: b, Entries: []Entry{{Slot: 1, Ballot: low, Value: val("low", low, 1)}}})
-	mustStep(t, n, Message{Type: MsgPromise, To: 1, From: 4, Ballot: b, Entries: []Entry{{Slot: 1, Ballot: high, Value: val("high", high, 1)}, {Slot: 3, Ballot: low, Value: val("three", low, 2)}}})
+	mustStep(t, n, Message{Type: MsgPromise, To: 1, From: 2, Ballot: b, Tick: n.now, Entries: []Entry{{Slot: 1, Ballot: low, Value: val("low", low, 1)}}})
+	mustStep(t, n, Message{Type: MsgPromise, To: 1, From: 4, Ballot: b, Tick: n.now, Entries: []Entry{{Slot: 1, Ballot: high, Value: val("high", high, 1)}, {Slot: 3, Ballot: low, Value: val("three", low, 2)}}})
 	rd = drain(t, n, st)
 	if !n.Status().IsLeader {
 		t.Fatal("no leader after a majority of promises")
@@ -201,7 +201,7 @@ func TestPaperFillsGapsWithNoops(t *testing.T) {
 	drain(t, n, st)
 	b := n.cand.ballot
 	old := MakeBallot(b.Round()-1, 3)
-	mustStep(t, n, Message{Type: MsgPromise, To: 1, From: 2, Ballot: b, Entries: []Entry{{Slot: 4, Ballot: old, Value: val("four", old, 1)}}})
+	mustStep(t, n, Message{Type: MsgPromise, To: 1, From: 2, Ballot: b, Tick: n.now, Entries: []Entry{{Slot: 4, Ballot: old, Value: val("four", old, 1)}}})
 	rd := drain(t, n, st)
 	var acc Message
 	for _, m := range rd.Messages {

@@ -2,11 +2,19 @@ package paxos
 
 // The proposer: campaigning (Phase 1), leading (Phase 2), the master lease.
 
+// The proposer counts every vote it collects (a promise, an accept, a lease
+// grant) only for a bounded time: while its own tick count is below the
+// tick at which it sent the request that drew the vote, plus effTTL. The
+// vote's Tick field echoes that send tick. This bounds how long a vote that
+// its acceptor has since forgotten (a wiped or damaged disk) can still be
+// used, which a rebuilding replica waits out (see rebuild.go and the
+// package documentation).
+
 // campaign is the state of a Phase 1 in progress.
 type campaign struct {
 	ballot      Ballot
 	from        Slot           // first slot the Prepare covers
-	promises    map[ID]Message // promises received from peers
+	promises    map[ID]Message // promises received from peers (Tick: the Prepare's send tick)
 	selfDurable bool           // our own promise is on stable storage
 	retryAt     map[ID]uint64  // tick at which to resend Prepare to a peer
 }
@@ -23,12 +31,33 @@ type leadership struct {
 	commitSent Slot     // chosen index last broadcast
 	grantUntil []uint64 // per replica index: tick until which its grant counts
 	lastLive   uint64   // last tick at which the lease was live
+	// fillTo is a slot a rebuilding replica waits for: the leader proposes
+	// no-ops in new slots up to it when nothing else is pending.
+	fillTo Slot
 }
 
 // inflight is a slot the leader proposed and does not yet know chosen.
 type inflight struct {
 	value Value
 	acks  voteSet
+	// ackTick holds, per replica index, the send tick of the Accept whose
+	// acknowledgement is the latest counted; our own acknowledgement never
+	// expires.
+	ackTick []uint64
+}
+
+// newInflight returns the bookkeeping of a slot proposed with v.
+func (n *Node) newInflight(v Value) *inflight {
+	return &inflight{value: v, ackTick: make([]uint64, len(n.cfg.Replicas))}
+}
+
+// voteLive reports whether a vote drawn by a request sent at tick sent
+// still counts.
+func (n *Node) voteLive(sent uint64) bool { return n.now < sent+n.effTTL }
+
+// ackLive reports whether replica idx's acknowledgement of in counts now.
+func (n *Node) ackLive(in *inflight, idx int) bool {
+	return in.acks.has(idx) && (idx == n.self || n.voteLive(in.ackTick[idx]))
 }
 
 // campaign starts Phase 1 with a ballot above every ballot seen.
@@ -59,15 +88,20 @@ func (n *Node) campaign() {
 func (n *Node) sendPrepare(p ID) {
 	c := n.cand
 	c.retryAt[p] = n.now + uint64(n.cfg.HeartbeatTicks)
-	n.send(Message{Type: MsgPrepare, To: p, Ballot: c.ballot, Slot: c.from})
+	n.send(Message{Type: MsgPrepare, To: p, Ballot: c.ballot, Slot: c.from, Tick: n.now})
 }
 
-// tickCandidate resends Prepare to peers that have not promised.
+// tickCandidate forgets promises that no longer count and resends Prepare
+// to peers whose promise is missing.
 func (n *Node) tickCandidate() {
 	c := n.cand
 	for _, p := range n.cfg.Replicas {
 		if p == n.id {
 			continue
+		}
+		if pr, ok := c.promises[p]; ok && !n.voteLive(pr.Tick) {
+			delete(c.promises, p)
+			c.retryAt[p] = n.now
 		}
 		if _, ok := c.promises[p]; !ok && n.now >= c.retryAt[p] {
 			n.sendPrepare(p)
@@ -85,9 +119,12 @@ func (n *Node) onPromise(m Message) {
 	n.tryWin()
 }
 
-// usablePromise reports whether promise p covers every slot the new leader
-// must recover: it holds entries from our first unchosen slot on.
-func (n *Node) usablePromise(p Message) bool { return p.Compacted <= n.chosen }
+// usablePromise reports whether promise p counts now: it still counts in
+// time, and it covers every slot the new leader must recover (it holds
+// entries from our first unchosen slot on).
+func (n *Node) usablePromise(p Message) bool {
+	return p.Compacted <= n.chosen && n.voteLive(p.Tick)
+}
 
 // tryWin completes Phase 1 if a majority (our own durable promise included)
 // has promised.
@@ -169,7 +206,7 @@ func (n *Node) becomeLeader() {
 			n.markChosen(e)
 			continue
 		}
-		l.inflight[s] = &inflight{value: e.Value}
+		l.inflight[s] = n.newInflight(e.Value)
 	}
 	l.nextSlot = last + 1
 	l.baseSlot = last
@@ -221,11 +258,25 @@ func (n *Node) windowOpen() bool {
 	return uint64(l.nextSlot-1-n.chosen) < uint64(n.cfg.MaxInflight)
 }
 
+// wantsSlot reports whether the leader has something to put in a new slot:
+// pending proposals, or no-ops up to fillTo.
+func (l *leadership) wantsSlot() bool { return len(l.pending) > 0 || l.nextSlot <= l.fillTo }
+
 // flushProposals packs pending proposals into new slots while the window
-// allows, up to MaxBatch commands per slot.
+// allows, up to MaxBatch commands per slot, and fills new slots up to
+// fillTo with no-ops when nothing is pending.
 func (n *Node) flushProposals() {
 	l := n.lead
-	for len(l.pending) > 0 && n.windowOpen() {
+	for l.wantsSlot() && n.windowOpen() {
+		if len(l.pending) == 0 {
+			s := l.nextSlot
+			l.nextSlot++
+			e := Entry{Slot: s, Ballot: l.ballot}
+			n.setLog(e)
+			l.toSend = append(l.toSend, e)
+			l.inflight[s] = n.newInflight(e.Value)
+			continue
+		}
 		k := min(len(l.pending), n.cfg.MaxBatch)
 		cmds := make([]Command, k)
 		copy(cmds, l.pending[:k])
@@ -238,7 +289,7 @@ func (n *Node) flushProposals() {
 		e := Entry{Slot: s, Ballot: l.ballot, Value: Value{Cmds: cmds}}
 		n.setLog(e)
 		l.toSend = append(l.toSend, e)
-		l.inflight[s] = &inflight{value: e.Value}
+		l.inflight[s] = n.newInflight(e.Value)
 		ids := make([]ProposalID, k)
 		for i, c := range cmds {
 			ids[i] = c.ID
@@ -286,11 +337,11 @@ func (n *Node) tickLeader() {
 	if n.heartbeatElapsed >= n.cfg.HeartbeatTicks {
 		n.heartbeatElapsed = 0
 		// A heartbeat renews the lease and retransmits every accept a peer
-		// has not acknowledged.
+		// has not acknowledged (or whose acknowledgement no longer counts).
 		n.broadcastAccept(nil, func(idx int) []Entry {
 			var out []Entry
 			for s := n.chosen + 1; s < l.nextSlot; s++ {
-				if in, ok := l.inflight[s]; ok && !in.acks.has(idx) {
+				if in, ok := l.inflight[s]; ok && !n.ackLive(in, idx) {
 					out = append(out, Entry{Slot: s, Ballot: l.ballot, Value: in.value})
 				}
 			}
@@ -314,18 +365,33 @@ func (n *Node) onAccepted(m Message) {
 	if until := m.Tick + n.effTTL; until > l.grantUntil[idx] {
 		l.grantUntil[idx] = until
 	}
-	for _, s := range m.Slots {
-		n.ackSlot(idx, s)
+	if n.voteLive(m.Tick) {
+		for _, s := range m.Slots {
+			n.ackSlot(idx, s, m.Tick)
+		}
+		n.advanceLeaderChosen()
 	}
-	n.advanceLeaderChosen()
 	n.maybeLearn(m.From, m.Commit)
 }
 
-// ackSlot records that replica idx accepted slot s at our ballot.
-func (n *Node) ackSlot(idx int, s Slot) {
+// ackSlot records that replica idx accepted slot s at our ballot, in
+// answer to an Accept sent at tick sent.
+func (n *Node) ackSlot(idx int, s Slot, sent uint64) {
 	if in, ok := n.lead.inflight[s]; ok {
 		in.acks = in.acks.add(idx)
+		in.ackTick[idx] = max(in.ackTick[idx], sent)
 	}
+}
+
+// liveAcks counts the acknowledgements of in that count now.
+func (n *Node) liveAcks(in *inflight) int {
+	c := 0
+	for idx := range n.cfg.Replicas {
+		if n.ackLive(in, idx) {
+			c++
+		}
+	}
+	return c
 }
 
 // advanceLeaderChosen marks chosen every slot from the first unchosen one
@@ -335,7 +401,7 @@ func (n *Node) advanceLeaderChosen() {
 	for {
 		s := n.chosen + 1
 		in, ok := l.inflight[s]
-		if !ok || !in.acks.quorum(len(n.cfg.Replicas)) {
+		if !ok || n.liveAcks(in) < majority(len(n.cfg.Replicas)) {
 			return
 		}
 		delete(l.inflight, s)

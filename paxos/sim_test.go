@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -17,7 +18,12 @@ import (
 // per-replica tick clocks running at different rates, and clients, all from
 // one seed. It injects loss, duplication, reordering, delay, symmetric and
 // one-way partitions, leader isolation, crashes that lose unsynced writes,
-// and clock-rate drift; after every event it checks the invariants.
+// clock-rate drift, and the loss of a replica's durable state: a wiped disk,
+// or a log that lost its last few synced writes (a damaged tail) or
+// everything after some older point (a damaged middle, which the storage
+// stops replaying at). The cell detects such a loss (the simulated replica
+// restarts with Config.Rebuild); after every event the simulator checks the
+// invariants.
 
 var (
 	simSeeds = flag.Int("sim.seeds", 500, "number of simulator seeds TestSimulation runs")
@@ -47,6 +53,17 @@ type simParams struct {
 	// persisting (as the cell does); with crashes, a replica sometimes
 	// crashes between that early send and the persist.
 	earlySend bool
+	// amnesia injects the loss of durable state among the faults, at most
+	// replicas-majority replicas at a time (more and no majority could
+	// rebuild them).
+	amnesia bool
+	// noRebuildRule restarts a replica that lost state as if nothing had
+	// happened: it votes at once (the planted bug the rebuild rule exists
+	// to prevent). It also lifts the limit on simultaneous losses.
+	noRebuildRule bool
+	// amnesiaEvery is the chance, one in amnesiaEvery, that a fault is a loss
+	// of state (with amnesia).
+	amnesiaEvery int
 }
 
 func paramsForSeed(seed int64) simParams {
@@ -84,6 +101,8 @@ func paramsForSeed(seed int64) simParams {
 	p.actualDrift = float64(p.driftPPM) / 1e6
 	p.leaderIsolationHeavy = rng.IntN(3) == 0
 	p.earlySend = rng.IntN(2) == 0
+	p.amnesia = rng.IntN(2) == 0
+	p.amnesiaEvery = 4
 	return p
 }
 
@@ -162,6 +181,14 @@ type sim struct {
 	masterChecks int
 	overlap      string // first overlapping-master report
 	failFast     bool   // stop at the first violation (normal runs)
+
+	// voteSeq holds, per replica index, each vote the replica has durably
+	// cast and the sync that made it durable, so that a loss of state takes
+	// back exactly the votes the replica forgot. A value chosen stays chosen
+	// in the chosen oracle even when its voters forget it.
+	voteSeq  []map[voteKey]uint64
+	losses   int // losses of state injected
+	rebuilds int // rebuilds completed (the replica voted again)
 }
 
 func newSim(tb testing.TB, seed int64, p simParams) *sim {
@@ -179,6 +206,10 @@ func newSim(tb testing.TB, seed int64, p simParams) *sim {
 	}
 	h := fnv.New64a()
 	s.trace = h.Sum64()
+	s.voteSeq = make([]map[voteKey]uint64, p.replicas)
+	for i := range s.voteSeq {
+		s.voteSeq[i] = map[voteKey]uint64{}
+	}
 	s.blocked = make([][]bool, p.replicas)
 	for i := range s.blocked {
 		s.blocked[i] = make([]bool, p.replicas)
@@ -191,6 +222,10 @@ func newSim(tb testing.TB, seed int64, p simParams) *sim {
 			Seed: s.rng.Uint64(),
 		}
 		r := newReplica(tb, cfg)
+		if p.amnesia {
+			r.store.keep = simKeepSyncs
+		}
+		r.rebuildOnLoss = !p.noRebuildRule
 		r.onSave = s.onSave
 		r.onApply = s.onApply
 		r.onSnapshot = s.onSnapshot
@@ -224,12 +259,20 @@ func (s *sim) faultGap() int64 {
 	return simTickMicros * int64(5+s.rng.IntN(60))
 }
 
+// simKeepSyncs is how many synced states a replica's storage keeps to roll
+// back to, with amnesia.
+const simKeepSyncs = 16
+
 // onSave feeds the chosen oracle: a value is chosen once a majority of
-// acceptors has accepted it at one ballot.
+// acceptors has accepted it at one ballot (and stays chosen).
 func (s *sim) onSave(r *replica, hs HardState, ents []Entry) {
+	idx := int(r.id - 1)
 	for _, e := range ents {
 		k := voteKey{e.Slot, e.Ballot, valueDigest(e.Value)}
-		v := s.votes[k].add(int(r.id - 1))
+		if _, ok := s.voteSeq[idx][k]; !ok {
+			s.voteSeq[idx][k] = r.store.syncs
+		}
+		v := s.votes[k].add(idx)
 		s.votes[k] = v
 		if v.quorum(s.p.replicas) {
 			if d, ok := s.chosen[e.Slot]; ok && d != k.digest {
@@ -326,6 +369,10 @@ func (s *sim) flush(i int) {
 		s.push(&simEvent{at: s.now + simTickMicros*int64(1+s.rng.IntN(40)), kind: evRestart, rep: i})
 		return
 	}
+	if r.rebuilding && r.node.rb == nil {
+		r.rebuilding = false
+		s.rebuilds++
+	}
 	if s.p.compactEvery > 0 && r.app.applied >= r.node.compacted+Slot(s.p.compactEvery) {
 		r.compact(s.tb)
 	}
@@ -387,8 +434,7 @@ func (s *sim) step() bool {
 		}
 	case evRestart:
 		if r := s.reps[e.rep]; !r.up {
-			r.restart(s.tb, s.rng.Uint64())
-			s.flush(e.rep)
+			s.restart(e.rep)
 		}
 	case evHeal:
 		s.heal()
@@ -424,9 +470,27 @@ func (s *sim) propose() {
 	s.flush(i)
 }
 
+// restart brings replica i back from its storage; one that lost state
+// rebuilds (unless the rule is off).
+func (s *sim) restart(i int) {
+	r := s.reps[i]
+	r.restart(s.tb, s.rng.Uint64())
+	if r.lost {
+		r.lost = false
+		if !s.p.noRebuildRule {
+			r.rebuilding = true
+		}
+	}
+	s.flush(i)
+}
+
 // fault injects one random fault; the faulty phase ends at heal.
 func (s *sim) fault() {
 	n := len(s.reps)
+	if s.p.amnesia && s.rng.IntN(s.p.amnesiaEvery) == 0 {
+		s.loseState()
+		return
+	}
 	switch k := s.rng.IntN(8); {
 	case (k == 0 || k == 6) && s.p.crashes:
 		i := s.rng.IntN(n)
@@ -496,6 +560,71 @@ func (s *sim) fault() {
 	}
 }
 
+// loseState crashes a replica and damages its durable state: a wiped disk,
+// or a log that lost its last one or two synced writes, or everything after
+// an older point. The votes it forgot are taken back from the oracle.
+func (s *sim) loseState() {
+	n := len(s.reps)
+	if !s.p.noRebuildRule && s.withoutState() >= n-majority(n) {
+		return
+	}
+	i := s.rng.IntN(n)
+	r := s.reps[i]
+	if !r.up {
+		return
+	}
+	r.crash()
+	st := r.store
+	keptFrom := uint64(0) // votes made durable by later syncs are forgotten
+	switch kind := s.rng.IntN(3); {
+	case kind == 0 || len(st.history) < 2:
+		st.wipe()
+	case kind == 1:
+		keptFrom = st.rollBack(1 + s.rng.IntN(min(2, len(st.history)-1)))
+	default:
+		keptFrom = st.rollBack(1 + s.rng.IntN(len(st.history)-1))
+	}
+	idx := int(r.id - 1)
+	for k, seq := range s.voteSeq[idx] {
+		if seq > keptFrom {
+			delete(s.voteSeq[idx], k)
+			s.votes[k] &^= voteSet(0).add(idx)
+		}
+	}
+	r.lost = true
+	s.losses++
+	s.push(&simEvent{at: s.now + simTickMicros*int64(1+s.rng.IntN(80)), kind: evRestart, rep: i})
+}
+
+// withoutState counts the replicas that lost state and have not rebuilt.
+func (s *sim) withoutState() int {
+	c := 0
+	for _, r := range s.reps {
+		if r.lost || r.rebuilding {
+			c++
+		}
+	}
+	return c
+}
+
+// wipe loses everything, as a replaced disk would.
+func (m *MemoryStorage) wipe() {
+	keep := m.keep
+	*m = *NewMemoryStorage()
+	m.keep = keep
+}
+
+// rollBack replaces the durable state with the one k syncs before the last
+// (a log whose last k synced writes were lost) and returns the number of the
+// sync it now holds. REQUIRES: 0 < k < len(m.history).
+func (m *MemoryStorage) rollBack(k int) uint64 {
+	h := m.history[len(m.history)-1-k]
+	m.history = m.history[:len(m.history)-k]
+	m.durable = h.state
+	m.volatile = h.state.clone()
+	return h.seq
+}
+
 func (s *sim) clearPartitions() {
 	for a := range s.blocked {
 		for b := range s.blocked[a] {
@@ -513,8 +642,7 @@ func (s *sim) heal() {
 	s.p.loss, s.p.dup, s.p.slowFrac = 0, 0, 0
 	for i, r := range s.reps {
 		if !r.up {
-			r.restart(s.tb, s.rng.Uint64())
-			s.flush(i)
+			s.restart(i)
 		}
 	}
 }
@@ -574,6 +702,9 @@ func (s *sim) run() error {
 	for _, r := range s.reps {
 		if r.app.applied != top || r.app.hash != s.hashAt[top] {
 			return fmt.Errorf("after heal and drain replica %d applied %d (hash %x), others %d (%x)", r.id, r.app.applied, r.app.hash, top, s.hashAt[top])
+		}
+		if st := r.node.Status().Rebuild; st.Phase != RebuildNone {
+			return fmt.Errorf("after heal and drain replica %d is still rebuilding: %s (%+v)", r.id, st.Phase, st)
 		}
 	}
 	for id, slot := range s.reported {
@@ -661,5 +792,29 @@ func (s *sim) stats() string {
 		top = max(top, r.app.applied)
 		ballot = max(ballot, r.node.promised)
 	}
-	return fmt.Sprintf("events=%d applied=%d chosen-oracle=%d reported=%d proposals=%d ballot=%s", s.events, top, len(s.chosen), len(s.reported), s.proposals, ballot)
+	return fmt.Sprintf("events=%d applied=%d chosen-oracle=%d reported=%d proposals=%d ballot=%s losses=%d rebuilds=%d", s.events, top, len(s.chosen), len(s.reported), s.proposals, ballot, s.losses, s.rebuilds)
+}
+
+// TestSimulationLostStateWithoutRebuild is the negative test of the rebuild
+// rule: when a replica that lost its state votes at once on restarting,
+// some seed must show a slot chosen twice, two replicas applying different
+// values, or two masters at once. It proves the simulator's loss faults and
+// checkers can catch the hazard the rule prevents.
+func TestSimulationLostStateWithoutRebuild(t *testing.T) {
+	var found []string
+	seeds := 0
+	for seed := int64(0); seed < 400 && len(found) < 3; seed++ {
+		p := paramsForSeed(seed)
+		p.amnesia, p.noRebuildRule, p.amnesiaEvery = true, true, 2
+		s := newSim(t, seed, p)
+		_ = s.run()
+		seeds++
+		if s.failed != nil {
+			found = append(found, fmt.Sprintf("seed %d (%d losses): %v", seed, s.losses, s.failed))
+		}
+	}
+	if len(found) == 0 {
+		t.Fatalf("no violation in %d seeds with replicas voting at once after losing their state: the loss faults or the checkers cannot fail", seeds)
+	}
+	t.Logf("as expected, without the rebuild rule %d of %d seeds broke safety:\n%s", len(found), seeds, strings.Join(found, "\n"))
 }

@@ -78,6 +78,12 @@ type HardState struct {
 	// Chosen is the highest slot such that every slot up to it is known chosen
 	// and the replica's stored entry for each such slot holds the chosen value.
 	Chosen Slot `msgpack:"c"`
+	// Rebuilding reports that this replica lost or damaged durable state and
+	// is rebuilding as a learner: it casts no vote (no promise, no accept, no
+	// lease grant) until the rebuild completes (see the package
+	// documentation). It is durable so that a restart in the middle of a
+	// rebuild starts the rebuild over instead of voting.
+	Rebuilding bool `msgpack:"r,omitempty"`
 }
 
 // IsEmpty reports whether hs is the zero HardState.

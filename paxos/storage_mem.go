@@ -9,6 +9,19 @@ import "sort"
 type MemoryStorage struct {
 	durable  memState // what survives Crash
 	volatile memState // what readers see
+
+	// syncs counts the writes made durable. The simulator keeps the
+	// durable states of the last keep of them (oldest first) to model a
+	// damaged log that lost its most recent synced writes.
+	syncs   uint64
+	keep    int
+	history []memSynced
+}
+
+// memSynced is the durable state after sync number seq.
+type memSynced struct {
+	seq   uint64
+	state memState
 }
 
 type memState struct {
@@ -78,9 +91,24 @@ func (m *MemoryStorage) Save(hs HardState, ents []Entry, sync bool) error {
 	}
 	if sync {
 		// Like a WAL fsync: everything written so far becomes durable.
-		m.durable = m.volatile.clone()
+		m.synced()
 	}
 	return nil
+}
+
+// synced makes everything written so far durable.
+func (m *MemoryStorage) synced() {
+	m.durable = m.volatile.clone()
+	m.syncs++
+	if m.keep > 0 {
+		// The durable state is never modified once made (each sync makes a
+		// fresh copy), so the history may share it.
+		if len(m.history) == m.keep {
+			copy(m.history, m.history[1:])
+			m.history = m.history[:m.keep-1]
+		}
+		m.history = append(m.history, memSynced{seq: m.syncs, state: m.durable})
+	}
 }
 
 // SaveSnapshot implements Saver.
@@ -97,7 +125,7 @@ func (m *MemoryStorage) SaveSnapshot(snap Snapshot) error {
 	if m.volatile.hs.Chosen < snap.Slot {
 		m.volatile.hs.Chosen = snap.Slot
 	}
-	m.durable = m.volatile.clone()
+	m.synced()
 	return nil
 }
 

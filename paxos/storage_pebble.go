@@ -485,10 +485,14 @@ func (s *PebbleStorage) abortLocked(b *pebble.Batch, err error) error {
 // big-endian CRC-32C (Castagnoli) of everything before it. Payloads, with
 // integers as canonical (minimal) uvarints:
 //
-//	hard state      promised chosen
+//	hard state      promised chosen [flags]
 //	entry           slot ballot ncmds { cmd.ballot cmd.seq len data }*
 //	snapshot desc   slot size chunks crc32c(data):4
 //	snapshot chunk  the raw bytes of the chunk
+//
+// The hard state's flags (bit 0: HardState.Rebuilding) are written only when
+// not zero, so a hard state without flags has the same bytes as before flags
+// existed; a stored zero or an unknown bit is corrupt.
 //
 // A hand-rolled format rather than msgpack: it is the hot path of every Save
 // (BenchmarkPebbleEncodeEntry compares the two), the decoder is strict (exact
@@ -500,7 +504,12 @@ const (
 	pebbleHeaderLen          = 2
 	pebbleTrailerLen         = 4
 	// pebbleHardStateMaxLen bounds an encoded hard state.
-	pebbleHardStateMaxLen = pebbleHeaderLen + 2*binary.MaxVarintLen64 + pebbleTrailerLen
+	pebbleHardStateMaxLen = pebbleHeaderLen + 3*binary.MaxVarintLen64 + pebbleTrailerLen
+
+	// pebbleHardStateRebuilding is the flag bit of HardState.Rebuilding.
+	pebbleHardStateRebuilding = 1 << 0
+	// pebbleHardStateFlags are the flag bits a hard state may carry.
+	pebbleHardStateFlags = pebbleHardStateRebuilding
 )
 
 // pebbleCRCTable is the Castagnoli table (hardware-accelerated on amd64 and
@@ -610,6 +619,9 @@ func pebbleEncodeHardState(dst []byte, hs HardState) []byte {
 	dst = pebbleSealStart(dst, keyTagHardState)
 	dst = binary.AppendUvarint(dst, uint64(hs.Promised))
 	dst = binary.AppendUvarint(dst, uint64(hs.Chosen))
+	if hs.Rebuilding {
+		dst = binary.AppendUvarint(dst, pebbleHardStateRebuilding)
+	}
 	return pebbleSealEnd(dst, start)
 }
 
@@ -628,6 +640,17 @@ func pebbleDecodeHardState(v []byte) (HardState, error) {
 func pebbleDecodeHardStatePayload(p []byte) (HardState, error) {
 	r := pebbleReader{b: p}
 	hs := HardState{Promised: Ballot(r.uvarint("promised ballot")), Chosen: Slot(r.uvarint("chosen slot"))}
+	if r.err == nil && len(r.b) > 0 {
+		switch flags := r.uvarint("flags"); {
+		case r.err != nil:
+		case flags == 0:
+			r.fail("hard state flags stored as zero")
+		case flags&^pebbleHardStateFlags != 0:
+			r.fail("unknown hard state flags %#x", flags)
+		default:
+			hs.Rebuilding = flags&pebbleHardStateRebuilding != 0
+		}
+	}
 	if err := r.done(); err != nil {
 		return HardState{}, err
 	}

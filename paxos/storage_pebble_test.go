@@ -2,6 +2,7 @@ package paxos
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -101,8 +102,9 @@ func (g *pebbleTestGen) hardState() HardState {
 		return HardState{}
 	}
 	return HardState{
-		Promised: MakeBallot(uint64(g.rng.IntN(20)), ID(1+g.rng.IntN(5))),
-		Chosen:   Slot(g.rng.IntN(int(g.top) + 2)),
+		Promised:   MakeBallot(uint64(g.rng.IntN(20)), ID(1+g.rng.IntN(5))),
+		Chosen:     Slot(g.rng.IntN(int(g.top) + 2)),
+		Rebuilding: g.rng.IntN(4) == 0,
 	}
 }
 
@@ -601,6 +603,7 @@ func TestPebbleDecodersRejectDamage(t *testing.T) {
 	e := storageTestEntry(1<<40, MakeBallot(77, 3), "alpha", "", "gamma")
 	values := map[string][]byte{
 		"hard state": pebbleEncodeHardState(nil, HardState{Promised: MakeBallot(5, 2), Chosen: 300}),
+		"rebuilding": pebbleEncodeHardState(nil, HardState{Promised: MakeBallot(5, 2), Chosen: 300, Rebuilding: true}),
 		"entry":      pebbleEncodeEntry(nil, &e),
 		"snapshot":   pebbleEncodeSnapshotDesc(nil, pebbleSnapshotDesc{slot: 9, size: 10, chunks: 1, crc: 0xdeadbeef}),
 		"chunk":      pebbleEncodeChunk(nil, []byte("chunk of data")),
@@ -608,7 +611,7 @@ func TestPebbleDecodersRejectDamage(t *testing.T) {
 	decode := func(kind string, v []byte) error {
 		var err error
 		switch kind {
-		case "hard state":
+		case "hard state", "rebuilding":
 			_, err = pebbleDecodeHardState(v)
 		case "entry":
 			_, err = pebbleDecodeEntry(v)
@@ -653,6 +656,38 @@ func TestPebbleDecodersRejectDamage(t *testing.T) {
 	}
 }
 
+// TestPebbleHardStateFlags: a hard state without flags keeps the encoding it
+// had before flags existed; the Rebuilding flag round-trips; a flags field
+// stored as zero or with an unknown bit is corrupt.
+func TestPebbleHardStateFlags(t *testing.T) {
+	hs := HardState{Promised: MakeBallot(5, 2), Chosen: 300}
+	plain := pebbleEncodeHardState(nil, hs)
+	var legacy []byte
+	legacy = pebbleSealStart(legacy, keyTagHardState)
+	legacy = binary.AppendUvarint(legacy, uint64(hs.Promised))
+	legacy = binary.AppendUvarint(legacy, uint64(hs.Chosen))
+	legacy = pebbleSealEnd(legacy, 0)
+	if !bytes.Equal(plain, legacy) {
+		t.Fatalf("hard state without flags encodes as %x, before flags it was %x", plain, legacy)
+	}
+	rb := hs
+	rb.Rebuilding = true
+	got, err := pebbleDecodeHardState(pebbleEncodeHardState(nil, rb))
+	if err != nil || got != rb {
+		t.Fatalf("rebuilding hard state round-trips to %+v, %v", got, err)
+	}
+	for _, flags := range []uint64{0, 2, 1 << 40} {
+		v := pebbleSealStart(nil, keyTagHardState)
+		v = binary.AppendUvarint(v, uint64(hs.Promised))
+		v = binary.AppendUvarint(v, uint64(hs.Chosen))
+		v = binary.AppendUvarint(v, flags)
+		v = pebbleSealEnd(v, 0)
+		if _, err := pebbleDecodeHardState(v); !errors.Is(err, ErrPebbleCorrupt) {
+			t.Errorf("flags %#x: %v; want ErrPebbleCorrupt", flags, err)
+		}
+	}
+}
+
 // FuzzPebbleDecode feeds arbitrary payloads (behind a valid header and
 // checksum, so the fuzzer reaches the field decoders) to every decoder: each
 // either reports ErrPebbleCorrupt or returns a value that re-encodes to the
@@ -663,6 +698,7 @@ func FuzzPebbleDecode(f *testing.F) {
 	f.Add(byte(keyTagEntry), payload(pebbleEncodeEntry(nil, &e)))
 	f.Add(byte(keyTagEntry), payload(pebbleEncodeEntry(nil, &Entry{Slot: 1})))
 	f.Add(byte(keyTagHardState), payload(pebbleEncodeHardState(nil, HardState{Promised: 99, Chosen: 4})))
+	f.Add(byte(keyTagHardState), payload(pebbleEncodeHardState(nil, HardState{Promised: 99, Chosen: 4, Rebuilding: true})))
 	f.Add(byte(keyTagSnapshot), payload(pebbleEncodeSnapshotDesc(nil, pebbleSnapshotDesc{slot: 5, size: 3, chunks: 1, crc: 7})))
 	f.Add(byte(keyTagSnapshotChunk), []byte("abc"))
 	f.Fuzz(func(t *testing.T, kind byte, p []byte) {
