@@ -409,6 +409,14 @@ type CellStatusResponse struct {
 	Replicas []ReplicaStatus `msgpack:"rs"`
 	// PublicKey is the cell's Ed25519 key that signs sequencers.
 	PublicKey []byte `msgpack:"pk,omitempty"`
+	// Role is what the answering replica does: "master", "leader",
+	// "candidate", "follower", or "learner (rebuilding)" for a replica that
+	// lost its durable state and votes in nothing until it has rebuilt.
+	Role string `msgpack:"ro,omitempty"`
+	// Rebuild, for the cell administrator only, says what state the
+	// answering replica lost and how far its rebuild has come ("" if it
+	// started with its state).
+	Rebuild string `msgpack:"rb,omitempty"`
 }
 
 // StepDownRequest asks the master to hand mastership over (administrator

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/paxos"
 )
 
@@ -25,7 +26,11 @@ func (r *Replica) startHTTP() error {
 	mux.HandleFunc("/healthz", r.serveHealthz)
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(r.cellStatus())
+		// The CellStatus answer, plus the rebuild in structured form.
+		_ = json.NewEncoder(w).Encode(struct {
+			*api.CellStatusResponse
+			RebuildDetail *RebuildStatus `json:"RebuildDetail,omitempty"`
+		}{r.cellStatus(), r.rebuild.Load()})
 	})
 	mux.HandleFunc("/{$}", r.serveStatusPage)
 	if r.cfg.Faults != nil {
@@ -51,10 +56,13 @@ func (r *Replica) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 
 var statusPage = template.Must(template.New("status").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>lockcell {{.Cell}} — replica {{.Replica}}</title>
-<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}.m{font-weight:bold;color:#060}</style>
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}.m{font-weight:bold;color:#060}.w{font-weight:bold;color:#a40}</style>
 </head><body>
 <h1>lockcell cell <code>{{.Cell}}</code></h1>
 <p>Replica {{.Replica}} ({{.Role}}). Master: {{if .Master}}replica {{.Master}}{{else}}none known{{end}}, epoch {{.Epoch}}.</p>
+{{with .Rebuild}}<p class="{{if .Rebuilding}}w{{end}}">{{if .Rebuilding}}This replica is a learner: it lost durable state and votes in nothing (no promise, no accept, no lease grant) until it has rebuilt from its peers.{{else}}This replica rebuilt lost state after it started.{{end}}<br>
+What was lost ({{.Kind}}): {{.Reason}}{{if .MovedAside}}<br>The damaged store was moved to <code>{{.MovedAside}}</code>; delete it once it is no longer wanted.{{end}}<br>
+Rebuild: {{.Phase}}, since {{.Since.Format "2006-01-02 15:04:05 MST"}}{{if not .Done.IsZero}}, done {{.Done.Format "2006-01-02 15:04:05 MST"}}{{end}}.</p>{{end}}
 <p>Chosen slot {{.Chosen}}, applied slot {{.Applied}}, state checksum <code>{{printf "%016x" .Checksum}}</code>.</p>
 <h2>Replicas</h2>
 <table><tr><th>id</th><th>address</th><th>role</th></tr>
@@ -65,10 +73,6 @@ var statusPage = template.Must(template.New("status").Parse(`<!doctype html>
 
 func (r *Replica) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 	cs := r.cellStatus()
-	role := "replica"
-	if r.serving() != nil {
-		role = "master"
-	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_ = statusPage.Execute(w, struct {
 		Cell, Role                       string
@@ -76,5 +80,6 @@ func (r *Replica) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 		Checksum                         uint64
 		Epoch                            string
 		Replicas                         any
-	}{cs.Cell, role, cs.Replica, cs.Master, cs.Chosen, cs.Applied, cs.Checksum, paxos.Ballot(cs.Epoch).String(), cs.Replicas})
+		Rebuild                          *RebuildStatus
+	}{cs.Cell, cs.Role, cs.Replica, cs.Master, cs.Chosen, cs.Applied, cs.Checksum, paxos.Ballot(cs.Epoch).String(), cs.Replicas, r.rebuild.Load()})
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -94,7 +95,9 @@ type ClientFile struct {
 // StartLocal starts (or restarts) a local cell and waits until it has a
 // master. On first start it generates the cell CA, replica certificates,
 // the sequencer-signing key, an administrator certificate and, with
-// DevTenant, the dev tenant and its certificate.
+// DevTenant, the dev tenant and its certificate, and marks every replica's
+// data directory as a new member's (InitDataDir). On a restart, a replica
+// whose data directory was wiped rebuilds from the others.
 func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalCell, error) {
 	if cfg.Dir == "" {
 		return nil, fmt.Errorf("%w: LocalConfig.Dir is required", ErrInvalidConfig)
@@ -115,8 +118,16 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalCell, error) {
 		cfg.Logger = slog.Default()
 	}
 	lc := &LocalCell{cfg: cfg, addrs: map[uint64]string{}, replicas: map[uint64]*Replica{}}
+	_, caErr := os.Stat(lc.certPath("ca.pem"))
 	if err := lc.loadOrCreateCredentials(); err != nil {
 		return nil, err
+	}
+	if errors.Is(caErr, fs.ErrNotExist) { // a new cell
+		for id := uint64(1); id <= uint64(cfg.Replicas); id++ {
+			if err := InitDataDir(lc.dataDir(id)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := lc.assignAddrs(); err != nil {
 		return nil, err
@@ -275,7 +286,7 @@ func (lc *LocalCell) Config(id uint64) (Config, error) {
 		ID:          id,
 		Cell:        lc.cfg.Cell,
 		Replicas:    lc.addrs,
-		DataDir:     filepath.Join(lc.cfg.Dir, "r"+strconv.FormatUint(id, 10)),
+		DataDir:     lc.dataDir(id),
 		CA:          lc.CA.Pool(),
 		Certificate: cert,
 		SigningKey:  lc.signing,
@@ -291,6 +302,11 @@ func (lc *LocalCell) Config(id uint64) (Config, error) {
 		lc.cfg.Tune(&cfg)
 	}
 	return cfg, nil
+}
+
+// dataDir is replica id's data directory (before Tune).
+func (lc *LocalCell) dataDir(id uint64) string {
+	return filepath.Join(lc.cfg.Dir, "r"+strconv.FormatUint(id, 10))
 }
 
 // Start starts replica id (again, after Stop).

@@ -30,6 +30,9 @@ type metrics struct {
 	snapshotsTaken     prometheus.Counter
 	snapshotsInstalled prometheus.Counter
 	badPeerMessages    prometheus.Counter
+	rebuilding         prometheus.Gauge
+	losses             *prometheus.CounterVec
+	movedAside         prometheus.Counter
 	rpcs               *prometheus.CounterVec
 	rpcLatency         *prometheus.HistogramVec
 	// Per-tenant metrics. Tenant label values come only from verified
@@ -75,6 +78,10 @@ func newMetrics(r *Replica) *metrics {
 	m.snapshotsTaken = counter("snapshots_taken_total", "Snapshots taken to compact the Paxos log.")
 	m.snapshotsInstalled = counter("snapshots_installed_total", "Snapshots received from the leader and installed.")
 	m.badPeerMessages = counter("peer_messages_refused_total", "Peer messages that did not decode or were refused by the Paxos core.")
+	m.rebuilding = gauge("rebuilding", "1 while this replica rebuilds lost state as a learner that votes in nothing.")
+	m.losses = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockcell", Name: "state_losses_total", Help: "Times this replica started without (some of) its durable state and rebuilt, by kind (wiped, corrupt, behind-guard, guard-missing, guard-damaged, rebuild-interrupted)."}, []string{"kind"})
+	f(m.losses)
+	m.movedAside = counter("stores_moved_aside_total", "Damaged stores this replica moved aside to rebuild from its peers.")
 	m.rpcs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockcell", Name: "rpcs_total", Help: "Client RPCs by tenant, method and result code."}, []string{"tenant", "method", "code"})
 	f(m.rpcs)
 	m.rpcLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockcell", Name: "rpc_seconds", Help: "Client RPC latency by method (KeepAlive long-polls excluded).", Buckets: latency}, []string{"method"})
@@ -105,6 +112,11 @@ func (m *metrics) observeStatus(prev, st *paxos.Status) {
 		m.isMaster.Set(1)
 	} else {
 		m.isMaster.Set(0)
+	}
+	if st.Rebuild.Phase != paxos.RebuildNone {
+		m.rebuilding.Set(1)
+	} else {
+		m.rebuilding.Set(0)
 	}
 }
 

@@ -38,6 +38,7 @@ var ErrStopped = errors.New("cell: replica stopped")
 type Replica struct {
 	cfg     Config
 	log     *slog.Logger
+	store   *store
 	db      *pebble.DB
 	logdb   *paxos.PebbleStorage
 	ns      *namespace.Store
@@ -58,6 +59,11 @@ type Replica struct {
 	leaseDeadline atomic.Int64
 	// master is the master role while this replica leads; nil otherwise.
 	master atomic.Pointer[master]
+	// rebuild describes the loss of state this replica started with and its
+	// rebuild; nil if it started with its state.
+	rebuild atomic.Pointer[RebuildStatus]
+	// corrupt holds the first corruption Pebble reported while running.
+	corrupt atomic.Pointer[error]
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -81,28 +87,33 @@ type proposal struct {
 
 // Start opens the replica's store under cfg.DataDir, starts its endpoint
 // and run loop, and returns once it is running. A replica restarted on the
-// same DataDir rejoins with everything it had made durable.
+// same DataDir rejoins with everything it had made durable. A replica that
+// finds its durable state lost or damaged (store.go says how it tells) moves
+// a damaged store aside and starts as a learner that votes in nothing until
+// it has rebuilt from its peers; Status and the status page say so. Start
+// returns an error wrapping ErrDataDir if DataDir belongs to another
+// replica or cell.
 func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	cfg = cfg.populate()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("cell: data dir: %w", err)
-	}
-	db, err := pebble.Open(cfg.DataDir, &pebble.Options{Logger: quietPebbleLogger{cfg.Logger}})
-	if err != nil {
-		return nil, fmt.Errorf("cell: open store: %w", err)
-	}
 	r := &Replica{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		db:       db,
 		proposeC: make(chan *proposal, 4096),
 		ctlC:     make(chan func()),
 		done:     make(chan struct{}),
 		waiters:  map[paxos.ProposalID]*proposal{},
 	}
+	opener := &storeOpener{cfg: cfg, log: cfg.Logger, corrupt: r.onCorruption, openNS: func(db *pebble.DB) (*namespace.Store, error) {
+		return namespace.Open(db, namespace.Config{AdminPrincipal: r.cfg.AdminPrincipal, Logger: r.log})
+	}}
+	st, err := opener.open()
+	if err != nil {
+		return nil, err
+	}
+	r.store, r.db, r.logdb, r.ns = st, st.db, st.logdb, st.ns
 	if err := r.open(ctx); err != nil {
 		r.closeResources()
 		return nil, err
@@ -110,18 +121,12 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	loopCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go r.run(loopCtx)
+	go r.syncGuard(loopCtx)
 	r.log.Info("replica started", "addr", r.ep.Addr().String(), "applied", r.ns.AppliedSlot(), "http", r.HTTPAddr())
 	return r, nil
 }
 
 func (r *Replica) open(ctx context.Context) error {
-	var err error
-	if r.logdb, err = paxos.NewPebbleStorage(r.db); err != nil {
-		return fmt.Errorf("cell: paxos log: %w", err)
-	}
-	if r.ns, err = namespace.Open(r.db, namespace.Config{AdminPrincipal: r.cfg.AdminPrincipal, Logger: r.log}); err != nil {
-		return fmt.Errorf("cell: namespace: %w", err)
-	}
 	snap, err := r.logdb.Snapshot()
 	if err != nil {
 		return fmt.Errorf("cell: paxos log: %w", err)
@@ -144,6 +149,7 @@ func (r *Replica) open(ctx context.Context) error {
 		Seed:           uint64(time.Now().UnixNano()) ^ r.cfg.ID<<32,
 		Storage:        r.logdb,
 		Applied:        paxos.Slot(r.ns.AppliedSlot()),
+		Rebuild:        r.store.loss != nil,
 	})
 	if err != nil {
 		return fmt.Errorf("cell: paxos: %w", err)
@@ -151,6 +157,7 @@ func (r *Replica) open(ctx context.Context) error {
 	st := r.node.Status()
 	r.status.Store(&st)
 	r.metrics = newMetrics(r)
+	r.reportLoss(&st)
 	peers := map[uint64]string{}
 	for id, addr := range r.cfg.Replicas {
 		if id != r.cfg.ID {
@@ -199,6 +206,19 @@ func (r *Replica) closeResources() {
 	}
 	if r.ep != nil {
 		_ = r.ep.Close()
+	}
+	if r.store != nil {
+		// Make everything durable and leave an exact guard record, so that
+		// the next start can tell any write the store lost.
+		if r.Err() == nil {
+			if err := r.logdb.Save(paxos.HardState{}, nil, true); err == nil {
+				err = r.store.recordGuard(true)
+				if err != nil {
+					r.log.Warn("recording the guard at close", "err", err)
+				}
+			}
+		}
+		r.store.guard.close()
 	}
 	if r.db != nil {
 		if err := r.db.Close(); err != nil {
@@ -249,6 +269,12 @@ type Status struct {
 	// Sessions and LockWaiters are the master's live sessions and blocked
 	// Acquire calls (zero unless master).
 	Sessions, LockWaiters int
+	// Role is what the replica does: "master", "leader" (leading without a
+	// live lease), "candidate", "follower" or "learner (rebuilding)".
+	Role string
+	// Rebuild describes the state this replica lost at start and its
+	// rebuild, or is nil if it started with its state.
+	Rebuild *RebuildStatus
 }
 
 // Status returns the replica's current status.
@@ -265,6 +291,8 @@ func (r *Replica) Status() Status {
 		Applied:   r.ns.AppliedSlot(),
 		Checksum:  r.ns.Checksum(),
 		Compacted: uint64(st.Compacted),
+		Role:      r.role(st),
+		Rebuild:   r.rebuild.Load(),
 	}
 	if m != nil {
 		out.Sessions = m.sessions.Stats().Sessions
@@ -306,7 +334,41 @@ func (r *Replica) fail(err error) {
 		r.err = fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	r.errMu.Unlock()
+	if isCorruption(err) {
+		// The store is damaged: the next start moves it aside and rebuilds
+		// from the peers instead of failing on it again.
+		if nerr := noteCorruption(r.cfg.DataDir, err); nerr != nil {
+			r.log.Error("cannot leave the corruption note", "err", nerr)
+		}
+		r.log.Error("replica stopping: its store is corrupt; restart it and it will move the store aside and rebuild from its peers", "err", err)
+		return
+	}
 	r.log.Error("replica stopping on a fatal error; it must be restarted from its store", "err", err)
+}
+
+// onCorruption is Pebble's report of damaged data found while running
+// (for example by a compaction): the run loop stops on it.
+func (r *Replica) onCorruption(info pebble.DataCorruptionInfo) {
+	err := fmt.Errorf("%w: %s", pebble.ErrCorruption, firstLine(info.String()))
+	r.corrupt.CompareAndSwap(nil, &err)
+}
+
+// syncGuard fsyncs the guard record every guardSyncInterval while the
+// replica runs (the run loop writes it without fsync).
+func (r *Replica) syncGuard(ctx context.Context) {
+	t := time.NewTicker(guardSyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := r.store.guard.sync(); err != nil {
+				r.log.Error("syncing the guard record", "err", err)
+				return
+			}
+		}
+	}
 }
 
 // run is the replica's event loop: the only goroutine that touches the
@@ -353,6 +415,10 @@ func (r *Replica) run(ctx context.Context) {
 		}
 		if err := r.processReady(); err != nil {
 			r.fail(err)
+			return
+		}
+		if err := r.corrupt.Load(); err != nil {
+			r.fail(*err)
 			return
 		}
 		r.afterStep(lastTick, interval)
@@ -424,6 +490,9 @@ func (r *Replica) processReady() error {
 			}
 			if rd.MustSync {
 				r.metrics.fsync.Observe(time.Since(t0).Seconds())
+				if err := r.store.recordGuard(false); err != nil {
+					return err
+				}
 			}
 		}
 		for _, m := range rd.Messages {
@@ -464,6 +533,9 @@ func (r *Replica) send(m paxos.Message) {
 func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 	if err := r.logdb.SaveSnapshot(snap); err != nil {
 		return fmt.Errorf("saving snapshot: %w", err)
+	}
+	if err := r.store.recordGuard(false); err != nil {
+		return err
 	}
 	if err := r.ns.InstallSnapshot(bytes.NewReader(snap.Data)); err != nil {
 		return fmt.Errorf("installing snapshot at slot %d: %w", snap.Slot, err)
@@ -516,6 +588,9 @@ func (r *Replica) maybeSnapshot() error {
 	if err := r.logdb.SaveSnapshot(paxos.Snapshot{Slot: paxos.Slot(slot), Data: buf.Bytes()}); err != nil {
 		return fmt.Errorf("saving snapshot: %w", err)
 	}
+	if err := r.store.recordGuard(false); err != nil {
+		return err
+	}
 	if err := r.node.Compact(paxos.Slot(slot)); err != nil {
 		return fmt.Errorf("compacting: %w", err)
 	}
@@ -539,6 +614,10 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	r.leaseDeadline.Store(int64(deadline))
 	prev := r.status.Swap(&st)
 	r.metrics.observeStatus(prev, &st)
+	r.observeRebuild(&st)
+	if prev.Rebuild.Phase != paxos.RebuildNone && st.Rebuild.Phase == paxos.RebuildNone {
+		r.rebuilt(&st)
+	}
 	m := r.master.Load()
 	switch {
 	case m != nil && (!st.IsLeader || uint64(st.Epoch) != m.epoch):

@@ -738,7 +738,7 @@ func handleCellStatus(ctx context.Context, c *rpcCall, req *api.CellStatusReques
 	if !c.isAdmin() {
 		// The progress fields reveal the whole cell's write activity, every
 		// tenant's included: they are the administrator's.
-		st.Chosen, st.Applied, st.Checksum = 0, 0, 0
+		st.Chosen, st.Applied, st.Checksum, st.Rebuild = 0, 0, 0, ""
 		for i := range st.Replicas {
 			st.Replicas[i].Chosen, st.Replicas[i].Applied, st.Replicas[i].Lag = 0, 0, 0
 		}
@@ -752,6 +752,7 @@ func (r *Replica) cellStatus() *api.CellStatusResponse {
 		Cell: r.cfg.Cell, Replica: r.cfg.ID, Master: st.Leader, Epoch: st.Epoch,
 		Chosen: st.Chosen, Applied: st.Applied, Checksum: st.Checksum,
 		PublicKey: r.cfg.SigningKey.Public().(ed25519.PublicKey),
+		Role:      st.Role, Rebuild: st.Rebuild.String(),
 	}
 	if !st.IsLeader && st.Leader == r.cfg.ID {
 		resp.Master = 0

@@ -140,7 +140,10 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 
 // cmdInit writes what a cell of real processes needs: a CA, one
 // certificate and config per replica, the sequencer-signing key, an
-// administrator certificate and a client settings file.
+// administrator certificate, a client settings file, and each replica's
+// data directory holding only the new-member marker (cell.InitDataDir): a
+// replica that starts on an empty store without it takes itself for one
+// that lost its state, and rebuilds from its peers before it votes.
 func cmdInit(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lockcelld init", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -157,6 +160,7 @@ func cmdInit(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	fmt.Fprintf(stdout, "wrote %s: start each replica with 'lockcelld serve --config %s/replica-N.json'\n", *dir, *dir)
+	fmt.Fprintf(stdout, "(a replica on another machine needs its config, the certificates it names and its data directory, data/replica-N, which marks it a new member)\n")
 	return exitOK
 }
 
@@ -236,6 +240,9 @@ func initCell(dir, name string, addrs []string, httpBase int, faults bool) error
 		}
 		b, _ := json.MarshalIndent(fc, "", "  ")
 		if err := write("replica-"+n+".json", append(b, '\n')); err != nil {
+			return err
+		}
+		if err := cell.InitDataDir(filepath.Join(dir, fc.DataDir)); err != nil {
 			return err
 		}
 	}

@@ -61,7 +61,8 @@ func usage(w io.Writer) {
 Usage:
   lockcelld serve --config FILE   run one replica of a cell
   lockcelld dev [flags]           run a whole local cell in this process (make run)
-  lockcelld init [flags]          write certificates and replica configs for a cell
+  lockcelld init [flags]          write certificates, replica configs and new-member
+                                  data directories for a new cell
 
 Run 'lockcelld COMMAND --help' for a command's flags.
 `)

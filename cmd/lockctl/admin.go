@@ -69,7 +69,7 @@ func tenantListing(e *env, args []string, name, summary, header string, list fun
 }
 
 func cmdStatus(e *env, args []string) int {
-	fs := e.flags("status", "", "Shows the cell: each replica's role, chosen and applied slot and lag, the master and its epoch.")
+	fs := e.flags("status", "", "Shows the cell: each replica's role (a replica that lost its state is a \"learner (rebuilding)\" until it has rebuilt), chosen and applied slot and lag, the master and its epoch.")
 	if code, stop := e.parse(fs, args, 0, 0); stop {
 		return code
 	}
@@ -100,6 +100,7 @@ func cmdStatus(e *env, args []string) int {
 	fmt.Fprintf(e.stdout, "cell %s: master replica %d (%s), epoch %d, chosen slot %d\n", st.Cell, st.Master, masterAddr, st.Epoch, st.Chosen)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tADDRESS\tROLE\tCHOSEN\tAPPLIED\tLAG")
+	var rebuilds []string
 	for _, r := range st.Replicas {
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 		rs, err := c.StatusOf(rctx, r.Addr)
@@ -112,6 +113,12 @@ func cmdStatus(e *env, args []string) int {
 		if r.ID == st.Master {
 			role = "master"
 		}
+		if rs.Role != "" {
+			role = rs.Role
+		}
+		if rs.Rebuild != "" {
+			rebuilds = append(rebuilds, fmt.Sprintf("replica %d %s", r.ID, rs.Rebuild))
+		}
 		if !admin {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t-\t-\t-\n", r.ID, r.Addr, role)
 			continue
@@ -123,8 +130,11 @@ func cmdStatus(e *env, args []string) int {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\n", r.ID, r.Addr, role, rs.Chosen, rs.Applied, lag)
 	}
 	_ = tw.Flush()
+	for _, r := range rebuilds {
+		fmt.Fprintln(e.stdout, r)
+	}
 	if !admin {
-		fmt.Fprintln(e.stdout, "(slots and lag are shown to the cell administrator only)")
+		fmt.Fprintln(e.stdout, "(slots, lag and what a rebuilding replica lost are shown to the cell administrator only)")
 	}
 	if f.PublicKey != "" {
 		fmt.Fprintf(e.stdout, "sequencer public key: %s\n", f.PublicKey)
