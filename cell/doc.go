@@ -19,6 +19,18 @@
 // log's store and the log below it is dropped; lagging peers get the
 // snapshot and then the tail.
 //
+// # Lost state
+//
+// A replica that starts without (some of) its durable state — a wiped or
+// replaced data directory, a WAL that lost acknowledged records, a damaged
+// table — must not vote until it has rebuilt (DESIGN.md invariant 8).
+// store.go keeps the evidence (a new-member marker, a guard record beside
+// the store, a WAL scan, a full read at start) and moves a damaged store
+// aside instead of failing every start; the replica then starts its Paxos
+// node as a rebuilding learner (paxos/doc.go, "Lost state"). Status,
+// /status, the status page, lockctl status and the lockcell_rebuilding and
+// lockcell_state_losses_total metrics show it. See docs/operations.md.
+//
 // # The master
 //
 // Only the replica whose paxos.Status reports Master serves client

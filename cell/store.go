@@ -115,10 +115,25 @@ var ErrDataDir = errors.New("cell: data directory unusable")
 // running cell must start without the marker and rebuild from its peers.
 // It fails if dir already holds a store.
 func InitDataDir(dir string) error {
+	if err := CheckNewDataDir(dir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("%w: %w", ErrDataDir, err)
 	}
+	note := "This data directory belongs to a new member of a new lockcell cell.\n" +
+		"The replica's first start consumes this file. Never recreate it by hand:\n" +
+		"a replica without it and without state rebuilds from its peers, as it must.\n"
+	return writeSynced(filepath.Join(dir, newMemberFile), []byte(note))
+}
+
+// CheckNewDataDir returns an error wrapping ErrDataDir if dir holds a
+// store (InitDataDir would refuse it); a missing dir is fine.
+func CheckNewDataDir(dir string) error {
 	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrDataDir, err)
 	}
@@ -127,10 +142,7 @@ func InitDataDir(dir string) error {
 			return fmt.Errorf("%w: %s already holds a store (%s); a replica with state is no new member", ErrDataDir, dir, e.Name())
 		}
 	}
-	note := "This data directory belongs to a new member of a new lockcell cell.\n" +
-		"The replica's first start consumes this file. Never recreate it by hand:\n" +
-		"a replica without it and without state rebuilds from its peers, as it must.\n"
-	return writeSynced(filepath.Join(dir, newMemberFile), []byte(note))
+	return nil
 }
 
 // stateLoss describes why a replica rebuilds.

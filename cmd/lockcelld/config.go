@@ -168,9 +168,13 @@ func initCell(dir, name string, addrs []string, httpBase int, faults bool) error
 	if len(addrs) == 0 {
 		return fmt.Errorf("no replica addresses")
 	}
-	for _, a := range addrs {
+	for i, a := range addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("replica address %q: %w", a, err)
+		}
+		// Refuse before writing anything: a new CA would orphan that store.
+		if err := cell.CheckNewDataDir(filepath.Join(dir, "data", "replica-"+strconv.Itoa(i+1))); err != nil {
+			return err
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "certs"), 0o700); err != nil {

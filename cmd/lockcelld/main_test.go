@@ -50,10 +50,7 @@ func TestServeProcesses(t *testing.T) {
 		t.Skip("builds and runs processes")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "lockcelld")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := lockcelldBinary(t)
 	udp := freePorts(t, "udp", 3)
 	httpPorts := freePorts(t, "tcp", 3)
 	var addrs []string
@@ -135,5 +132,34 @@ func TestUsage(t *testing.T) {
 	}
 	if code := run([]string{"serve", "--config", "/nonexistent.json"}, &out, &out); code != exitError {
 		t.Errorf("serve with a missing config exited %d, want %d", code, exitError)
+	}
+}
+
+// TestInitMarksNewMembers: init leaves each replica's data directory
+// holding only the new-member marker, so that the first start of a new
+// cell does not take its empty stores for lost ones; it refuses to mark a
+// directory that already holds a store.
+func TestInitMarksNewMembers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cell")
+	var out bytes.Buffer
+	if code := run([]string{"init", "--dir", dir, "--replicas", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, &out, &out); code != 0 {
+		t.Fatalf("init exited %d: %s", code, out.String())
+	}
+	for id := 1; id <= 3; id++ {
+		ents, err := os.ReadDir(filepath.Join(dir, "data", fmt.Sprintf("replica-%d", id)))
+		if err != nil || len(ents) != 1 || ents[0].Name() != "lockcell-new-member" {
+			t.Fatalf("replica %d's data directory after init: %v, %v", id, ents, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data", "replica-2", "000001.log"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := os.ReadFile(filepath.Join(dir, "certs", "ca.pem"))
+	out.Reset()
+	if code := run([]string{"init", "--dir", dir, "--replicas", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, &out, &out); code != exitError || !strings.Contains(out.String(), "already holds a store") {
+		t.Fatalf("init over a store: exit %d, %s", code, out.String())
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, "certs", "ca.pem")); !bytes.Equal(ca, again) {
+		t.Fatal("a refused init replaced the cell CA")
 	}
 }

@@ -203,4 +203,28 @@ func TestLockctl(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 75 || !strings.Contains(lostErr.String(), "may be lost") {
 		t.Fatalf("lock through a cut: %v, stderr %q; want exit 75", err, lostErr.String())
 	}
+
+	// status names a replica that lost its state and what it lost.
+	var follower uint64
+	for _, r := range lc.Running() {
+		if !r.Status().Master {
+			follower = r.ID()
+		}
+	}
+	cfg, err := lc.Config(follower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc.Stop(follower)
+	if err := os.RemoveAll(cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.Start(ctx, follower); err != nil {
+		t.Fatal(err)
+	}
+	r = run("", "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "lost state (wiped)") {
+		t.Fatalf("status after wiping replica %d: %+v", follower, r)
+	}
+	t.Logf("lockctl status:\n%s", r.stdout)
 }
