@@ -397,7 +397,10 @@ func (r *Replica) run(ctx context.Context) {
 			}
 			lastTick = lastTick.Add(n * interval)
 		case pm := <-recv:
-			r.step(pm)
+			if err := r.step(pm); err != nil {
+				r.fail(err)
+				return
+			}
 		case p := <-r.proposeC:
 			r.proposeNow(p)
 			// Drain what else arrived, so that concurrent proposals share
@@ -433,27 +436,34 @@ func (r *Replica) tickInterval() time.Duration {
 	return r.cfg.Tick
 }
 
-func (r *Replica) step(pm transport.PeerMessage) {
+// step hands a peer message to the core. It returns an error only if the
+// core has stopped (a storage error, such as a snapshot that no longer
+// reads back): bad messages are counted and dropped.
+func (r *Replica) step(pm transport.PeerMessage) error {
 	if pm.Tag != tagPaxos {
 		r.metrics.badPeerMessages.Inc()
-		return
+		return nil
 	}
 	var m paxos.Message
 	if err := pm.Decode(&m); err != nil {
 		r.metrics.badPeerMessages.Inc()
 		r.log.Debug("undecodable peer message", "from", pm.From, "err", err)
-		return
+		return nil
 	}
 	if uint64(m.From) != pm.From {
 		// The transport authenticated the sender; a message claiming to be
 		// from another replica is refused.
 		r.metrics.badPeerMessages.Inc()
-		return
+		return nil
 	}
 	if err := r.node.Step(m); err != nil {
+		if !errors.Is(err, paxos.ErrInvalidMessage) {
+			return fmt.Errorf("paxos core stopped: %w", err)
+		}
 		r.metrics.badPeerMessages.Inc()
 		r.log.Debug("peer message refused", "from", pm.From, "err", err)
 	}
+	return nil
 }
 
 func (r *Replica) proposeNow(p *proposal) {

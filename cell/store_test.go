@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -408,5 +410,43 @@ func TestStoreCorruptionNote(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, damagedNoteFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the note survived: %v", err)
+	}
+}
+
+// A replica whose store reports corruption while it runs stops, leaves the
+// note, and its next start moves the store aside and rebuilds.
+func TestCorruptionWhileRunning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lc, err := StartLocal(ctx, LocalConfig{Dir: t.TempDir(), Replicas: 3, Cell: "t", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	var r *Replica
+	for _, x := range lc.Running() {
+		if !x.Status().Master {
+			r = x
+		}
+	}
+	r.onCorruption(pebble.DataCorruptionInfo{Path: "000009.sst", Details: errors.New("block checksum mismatch")})
+	select {
+	case <-r.Done():
+	case <-ctx.Done():
+		t.Fatal("the replica kept running on a corrupt store")
+	}
+	if !pebble.IsCorruptionError(r.Err()) {
+		t.Fatalf("stopped with %v, want a corruption error", r.Err())
+	}
+	if _, err := os.Stat(filepath.Join(r.cfg.DataDir, damagedNoteFile)); err != nil {
+		t.Fatalf("no corruption note: %v", err)
+	}
+	lc.Stop(r.ID())
+	if err := lc.Start(ctx, r.ID()); err != nil {
+		t.Fatal(err)
+	}
+	rs := lc.Replica(r.ID()).Status().Rebuild
+	if rs == nil || rs.Kind != lossCorrupt || rs.MovedAside == "" || !strings.Contains(rs.Reason, "000009.sst") {
+		t.Fatalf("after the restart: %+v", rs)
 	}
 }
