@@ -64,6 +64,8 @@ type Replica struct {
 	rebuild atomic.Pointer[RebuildStatus]
 	// corrupt holds the first corruption Pebble reported while running.
 	corrupt atomic.Pointer[error]
+	// guardDone is closed when the guard record's syncer has stopped.
+	guardDone chan struct{}
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -120,6 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	r.guardDone = make(chan struct{})
 	go r.run(loopCtx)
 	go r.syncGuard(loopCtx)
 	r.log.Info("replica started", "addr", r.ep.Addr().String(), "applied", r.ns.AppliedSlot(), "http", r.HTTPAddr())
@@ -194,6 +197,7 @@ func (r *Replica) Close() error {
 		if r.cancel != nil {
 			r.cancel()
 			<-r.done
+			<-r.guardDone
 		}
 		r.closeResources()
 	})
@@ -356,6 +360,7 @@ func (r *Replica) onCorruption(info pebble.DataCorruptionInfo) {
 // syncGuard fsyncs the guard record every guardSyncInterval while the
 // replica runs (the run loop writes it without fsync).
 func (r *Replica) syncGuard(ctx context.Context) {
+	defer close(r.guardDone)
 	t := time.NewTicker(guardSyncInterval)
 	defer t.Stop()
 	for {

@@ -667,14 +667,27 @@ func (g *guard) record(s guardState, sync bool) error {
 	return nil
 }
 
-// sync fsyncs what was written since the last fsync.
+// sync fsyncs what was written since the last fsync. It does not hold the
+// lock during the fsync, so the run loop's writes never wait for it.
 func (g *guard) sync() error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.err != nil || !g.dirty {
+	if g.err != nil || !g.dirty || g.f == nil {
+		err := g.err
+		g.mu.Unlock()
+		return err
+	}
+	f := g.f
+	g.dirty = false // a write during the fsync sets it again
+	g.mu.Unlock()
+	if err := f.Sync(); err != nil {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.err == nil {
+			g.err = fmt.Errorf("syncing the guard record: %w", err)
+		}
 		return g.err
 	}
-	return g.syncLocked()
+	return nil
 }
 
 // REQUIRES: g.mu held.
