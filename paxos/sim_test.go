@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -731,17 +732,29 @@ func simSeedList() []int64 {
 }
 
 func TestSimulation(t *testing.T) {
-	for _, seed := range simSeedList() {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			p := paramsForSeed(seed)
-			s := newSim(t, seed, p)
-			if err := s.run(); err != nil {
-				t.Fatalf("seed %d (%+v): %v\nreplay: go test ./paxos -run 'TestSimulation$' -sim.seed=%d -v", seed, p, err, seed)
-			}
-			t.Logf("seed %d: %s", seed, s.stats())
-		})
+	seeds := simSeedList()
+	var losses, rebuilds atomic.Int64
+	t.Run("seeds", func(t *testing.T) {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprint(seed), func(t *testing.T) {
+				t.Parallel()
+				p := paramsForSeed(seed)
+				s := newSim(t, seed, p)
+				if err := s.run(); err != nil {
+					t.Fatalf("seed %d (%+v): %v\nreplay: go test ./paxos -run 'TestSimulation$' -sim.seed=%d -v", seed, p, err, seed)
+				}
+				losses.Add(int64(s.losses))
+				rebuilds.Add(int64(s.rebuilds))
+				t.Logf("seed %d: %s", seed, s.stats())
+			})
+		}
+	})
+	// The loss-of-state faults must really have been exercised: about one
+	// seed in two injects them, a few times each.
+	if n := int64(len(seeds)); n >= 100 && (losses.Load() < n/4 || rebuilds.Load() < losses.Load()/2) {
+		t.Fatalf("%d seeds injected %d losses of state and completed %d rebuilds: too few to judge the rebuild rule", n, losses.Load(), rebuilds.Load())
 	}
+	t.Logf("%d seeds: %d losses of state injected, %d rebuilds completed", len(seeds), losses.Load(), rebuilds.Load())
 }
 
 // TestSimulationDeterministic runs seeds twice and compares trace hashes.
