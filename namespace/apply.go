@@ -611,6 +611,13 @@ func (a *applier) release(op *Release) (Reply, *api.Error, error) {
 	}
 	sid := op.Session
 	if !n.holds(sid) {
+		// A holder may always give its lock back, whatever the ACLs say
+		// now; anyone else learns that the lock is not theirs only if they
+		// may read the node. Otherwise the refusal would reveal that the
+		// node exists.
+		if aerr, err := a.check(a.c, p, n, api.PermRead); aerr != nil || err != nil {
+			return nil, aerr, err
+		}
 		return nil, api.Errorf(api.FailedPrecondition, "%s: session %d does not hold the lock", p, sid), nil
 	}
 	if op.Generation != n.LockGen {

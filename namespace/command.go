@@ -173,7 +173,10 @@ type Acquire struct {
 
 // Release gives up Session's hold on a node's lock. Generation must name the
 // lock generation being released, so a stale release never frees a newer
-// grant. No ACL check: the holder may always let go. Reply: *Released.
+// grant. No ACL check for the holder: it may always let go. A session that
+// does not hold the lock gets FailedPrecondition if its caller may read the
+// node, else PermissionDenied (the refusal does not reveal that the node
+// exists). Reply: *Released.
 type Release struct {
 	Session    uint64 `msgpack:"s"`
 	Path       string `msgpack:"p"`

@@ -579,7 +579,13 @@ func (m *model) release(cmd Command, res *Result, op *Release) (Reply, *api.Erro
 	if e != nil {
 		return nil, e
 	}
-	if !slices.Contains(n.holders, op.Session) || op.Generation != n.lockGen {
+	if !slices.Contains(n.holders, op.Session) {
+		if e := m.check(cmd.Caller, p, n, api.PermRead); e != nil {
+			return nil, e
+		}
+		return nil, mErr(api.FailedPrecondition)
+	}
+	if op.Generation != n.lockGen {
 		return nil, mErr(api.FailedPrecondition)
 	}
 	n.holders = slices.DeleteFunc(n.holders, func(h uint64) bool { return h == op.Session })
