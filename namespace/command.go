@@ -23,8 +23,9 @@ type Caller struct {
 // envelope the master stamps. Apply uses no time but Time.
 type Command struct {
 	// Time is the master-stamped time, unix nanoseconds. It is the only time
-	// apply ever uses (creation and modification stamps, lock-delay). It must
-	// not be negative.
+	// apply ever uses (creation and modification stamps, lock-delay), and
+	// apply uses it as max(Time, the state's clock), so the time in the
+	// state never goes backwards (Store.Clock). It must not be negative.
 	Time int64
 	// Caller is the authenticated issuer; apply checks ACLs against it.
 	Caller Caller
