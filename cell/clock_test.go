@@ -27,6 +27,16 @@ func newClockFixture(t *testing.T, skew time.Duration) *clockFixture {
 	return f
 }
 
+// delayFixture is a master term that begins while a lock-delay has 10 s to
+// run: the state's clock is start, its latest lock-delay end start+10s.
+func delayFixture(t *testing.T, skew time.Duration) (*clockFixture, time.Time) {
+	f := newClockFixture(t, skew)
+	start := f.real
+	f.applied, f.delayEnd = start.UnixNano(), start.Add(10*time.Second).UnixNano()
+	f.rebase()
+	return f, start
+}
+
 func (f *clockFixture) advance(d time.Duration) {
 	f.mono.Advance(d)
 	f.real = f.real.Add(d)
@@ -77,10 +87,7 @@ func TestCellClockNewCell(t *testing.T) {
 // runs: its stamps follow its monotonic clock until the delay's end, and
 // only then its wall clock.
 func TestCellClockAheadWaitsOutLockDelay(t *testing.T) {
-	f := newClockFixture(t, 5*time.Minute)
-	start := f.real
-	f.applied, f.delayEnd = start.UnixNano(), start.Add(10*time.Second).UnixNano()
-	f.rebase()
+	f, start := delayFixture(t, 5*time.Minute)
 	f.advance(3 * time.Second)
 	f.want("3 s into the delay", f.plain(), start.Add(3*time.Second))
 	f.advance(6 * time.Second)
@@ -94,10 +101,7 @@ func TestCellClockAheadWaitsOutLockDelay(t *testing.T) {
 // still while a lock-delay runs; after it, it holds the time until its wall
 // clock catches up.
 func TestCellClockBehindNeverGoesBack(t *testing.T) {
-	f := newClockFixture(t, -5*time.Minute)
-	start := f.real
-	f.applied, f.delayEnd = start.UnixNano(), start.Add(10*time.Second).UnixNano()
-	f.rebase()
+	f, start := delayFixture(t, -5*time.Minute)
 	f.advance(4 * time.Second)
 	f.want("4 s into the delay", f.plain(), start.Add(4*time.Second))
 	f.advance(6 * time.Second)
@@ -166,10 +170,7 @@ func TestCellClockNeverBelowTheState(t *testing.T) {
 // still reaches a lock-delay's end exactly when the monotonic clock does:
 // holding still never restarts the count.
 func TestCellClockBehindFrequentStampsEndTheDelay(t *testing.T) {
-	f := newClockFixture(t, -5*time.Minute)
-	start := f.real
-	f.applied, f.delayEnd = start.UnixNano(), start.Add(10*time.Second).UnixNano()
-	f.rebase()
+	f, start := delayFixture(t, -5*time.Minute)
 	for i := 1; i <= 30; i++ {
 		f.advance(500 * time.Millisecond)
 		s := f.plain()
