@@ -24,7 +24,7 @@ import (
 // for the skew would hold it that long). The cell's time, read from
 // modification stamps and every replica's applied clock, never goes back.
 func TestLockDelayAcrossSkewedMasters(t *testing.T) {
-	const delay = 3 * time.Second
+	const delay = 4 * time.Second
 	skew := map[uint64]time.Duration{1: 0, 2: 5 * time.Minute, 3: -5 * time.Minute}
 	// The clocks are skewed once the cell is up, so that its time starts
 	// from the host's whichever replica is master first.
