@@ -105,8 +105,10 @@ type Error struct {
 	Code Code `msgpack:"c"`
 	// Msg is a human-readable explanation; it never carries secrets.
 	Msg string `msgpack:"m,omitempty"`
-	// Until, for LockDelay, is when the delay ends (unix nanoseconds, the
-	// master's stamped time base).
+	// Until, for LockDelay, is when the delay ends, in unix nanoseconds of
+	// the cell's time (the masters' command stamps: close to the wall
+	// clock, but while a lock-delay runs it advances with the master's
+	// monotonic clock, so it may differ from the caller's clock).
 	Until int64 `msgpack:"u,omitempty"`
 	// Master, for NotMaster, names the current master if known.
 	Master string `msgpack:"ms,omitempty"`

@@ -106,7 +106,8 @@ type NodeStat struct {
 	LockMode LockMode `msgpack:"lm,omitempty"`
 	// LockHolders is the number of sessions holding the lock.
 	LockHolders uint32 `msgpack:"lh,omitempty"`
-	// LockDelayUntil, if in the future, is when the lock leaves lock-delay.
+	// LockDelayUntil, if in the future, is when the lock leaves lock-delay,
+	// in the cell's time (see Error.Until).
 	LockDelayUntil int64 `msgpack:"lu,omitempty"`
 }
 

@@ -22,9 +22,12 @@ import (
 // errNone marks a "did it reach the caller?" row that found nothing.
 var errNone = errors.New("nothing received")
 
-// TestAuthorizationMatrix runs every RPC and every secondary path of issue
-// 7 as each kind of principal against tenant beta's nodes, sessions, locks
-// and records, and checks that exactly the allowed ones succeed. Columns:
+// TestAuthorizationMatrix runs every RPC and every secondary path as each
+// kind of principal against tenant beta's nodes, sessions, locks and
+// records, and checks that exactly the allowed ones succeed and that every
+// refusal carries the code that names why: an authorization code where the
+// row is about authorization, never some other error standing in for it.
+// Columns:
 //
 //	owner    beta/b1 by certificate (the control: beta's own principal)
 //	a-plain  alpha/a-plain by certificate, not named by any beta ACL file
@@ -36,8 +39,12 @@ var errNone = errors.New("nothing received")
 //
 // A caller that cannot have a session of its own uses beta's (session IDs
 // are guessable); one that can uses its own with self-describing handles
-// naming beta's paths (handles are the caller's word). Run with -v to print
-// the matrix.
+// naming beta's paths (handles are the caller's word). Rows that act on
+// beta's lock come twice: through beta's own session (so that the holder
+// check passes and only authorization can refuse) and through the caller's
+// own session (where a caller that may read the node is told it does not
+// hold the lock, and one that may not must learn nothing about the node).
+// Run with -v to print the matrix.
 func TestAuthorizationMatrix(t *testing.T) {
 	lc := startCell(t, 3, nil)
 	ctx := testCtx(t, 150*time.Second)
@@ -155,6 +162,22 @@ func TestAuthorizationMatrix(t *testing.T) {
 	// files["/beta/acl/hr"] was opened by the owner: its handle works.
 	files["/beta/acl/hr"] = owner.mustOpen(t, ctx, api.OpenRequest{Path: "/beta/acl/hr"})
 
+	// betaHdr is a's request header naming beta's session.
+	betaHdr := func(a *actor) api.Header {
+		return api.Header{Session: owner.sess, Epoch: owner.epoch, Token: a.token}
+	}
+	// releaseHeld asks, as a, to release beta's held lock; if that worked,
+	// beta takes the lock again so later rows and columns find it held.
+	releaseHeld := func(a *actor, hdr api.Header, h api.Handle) error {
+		err := a.call(ctx, api.MethodRelease, &api.ReleaseRequest{Header: hdr, Handle: h, Generation: held.Generation}, &api.Empty{})
+		if err == nil {
+			if err := owner.call(ctx, api.MethodAcquire, &api.AcquireRequest{Header: owner.hdr(), Handle: files["/beta/g/held"], Mode: api.LockExclusive}, &held); err != nil {
+				t.Fatalf("beta re-taking its lock after %s released it: %v", a.name, err)
+			}
+		}
+		return err
+	}
+
 	type row struct {
 		name string
 		run  func(a *actor) error
@@ -229,7 +252,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			}
 			return a.call(ctx, api.MethodRelease, &api.ReleaseRequest{Header: a.hdr(), Handle: h, Generation: sr.Generation}, &api.Empty{})
 		}},
-		{"GetSequencer of beta's lock", func(a *actor) error {
+		{"GetSequencer of beta's lock, beta's session", func(a *actor) error {
+			return a.call(ctx, api.MethodGetSequencer, &api.HandleRequest{Header: betaHdr(a), Handle: files["/beta/g/held"]}, &api.SequencerResponse{})
+		}},
+		{"GetSequencer of beta's lock, own session", func(a *actor) error {
 			return a.call(ctx, api.MethodGetSequencer, &api.HandleRequest{Header: a.hdr(), Handle: ownHandle(a, "/beta/g/held", 0, false)}, &api.SequencerResponse{})
 		}},
 		{"CheckSequencer of beta's sequencer", func(a *actor) error {
@@ -250,8 +276,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 			}
 			return a.call(ctx, api.MethodDelete, &api.HandleRequest{Header: a.hdr(), Handle: api.Handle{Session: a.sess, Path: p, Instance: o.Stat.Instance}}, &api.Empty{})
 		}},
-		{"Release of beta's lock", func(a *actor) error {
-			return a.call(ctx, api.MethodRelease, &api.ReleaseRequest{Header: a.hdr(), Handle: ownHandle(a, "/beta/g/held", 0, false), Generation: held.Generation}, &api.Empty{})
+		{"Release of beta's lock, beta's session", func(a *actor) error {
+			return releaseHeld(a, betaHdr(a), files["/beta/g/held"])
+		}},
+		{"Release of beta's lock, own session", func(a *actor) error {
+			return releaseHeld(a, a.hdr(), ownHandle(a, "/beta/g/held", 0, false))
 		}},
 		{"ListSessions of beta", func(a *actor) error {
 			return a.call(ctx, api.MethodListSessions, &api.ListRequest{Header: api.Header{Token: a.token}, Tenant: "beta"}, &api.ListSessionsResponse{})
@@ -311,7 +340,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}},
 		{"peer join (peer ALPN)", func(a *actor) error { return dialPeer(ctx, lc, &a.tc.cert) }},
 	}
-	cols := []*actor{plain, granted, grantedTok, revoked, anon, admin, owner} // owner last: it releases its lock
+	cols := []*actor{plain, granted, grantedTok, revoked, anon, admin, owner} // owner last: it writes and deletes
 	got := map[string]map[string]string{}
 	for _, a := range cols {
 		switch a {
@@ -335,39 +364,51 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}
 	}
 
-	// Y: allowed, N: refused.
+	// Y: allowed. A refusal names its code: P PermissionDenied,
+	// U Unauthenticated, F FailedPrecondition (not the holder, told only
+	// to a caller that may read the node), - nothing reached the caller (a
+	// secondary path, or details left out of an answer).
 	want := map[string]string{
 		//                                                 owner a-plain a-grant a-token revoked anon admin
-		"CellStatus":                             "Y Y Y Y N N Y",
-		"CellStatus progress details":            "N N N N N N Y",
-		"CreateSession":                          "Y Y Y Y N N N",
-		"KeepAlive of beta's session":            "Y N N N N N N",
-		"CloseSession of beta's session":         "Y N N N N N N",
-		"Open existing node":                     "Y N Y Y N N N",
-		"Open creating a node":                   "Y N Y Y N N N",
-		"GetContentsAndStat":                     "Y N Y Y N N N",
-		"GetStat":                                "Y N Y Y N N N",
-		"ReadDir":                                "Y N Y Y N N N",
-		"SetContents":                            "Y N Y Y N N N",
-		"SetACL":                                 "Y N Y Y N N N",
-		"Acquire (and Release)":                  "Y N Y Y N N N",
-		"GetSequencer of beta's lock":            "Y N N N N N N",
-		"CheckSequencer of beta's sequencer":     "Y N Y Y N N N",
-		"Delete":                                 "Y N Y Y N N N",
-		"Release of beta's lock":                 "Y N N N N N N",
-		"ListSessions of beta":                   "Y N N N N N Y",
-		"ListLocks of beta":                      "Y N N N N N Y",
-		"ListTenants shows beta":                 "Y N N N N N Y",
-		"CreateTenant":                           "N N N N N N Y",
-		"UpdateTenant of beta":                   "N N N N N N Y",
-		"IssueToken for beta":                    "N N N N N N Y",
-		"ListTokens of beta":                     "N N N N N N Y",
-		"RevokeToken of beta":                    "N N N N N N Y",
-		"events of beta's node reach the caller": "Y N Y Y N N N",
-		"events after beta withdrew the grant":   "Y N N N N N N",
-		"cache invalidations of beta's node":     "Y N Y Y N N N",
-		"cache invalidations after beta withdrew the grant": "Y N N N N N N",
-		"peer join (peer ALPN)":                             "N N N N N N N",
+		"CellStatus":                     "Y Y Y Y U U Y",
+		"CellStatus progress details":    "- - - - U U Y",
+		"CreateSession":                  "Y Y Y Y U U P",
+		"KeepAlive of beta's session":    "Y P P P U U P",
+		"CloseSession of beta's session": "Y P P P U U P",
+		"Open existing node":             "Y P Y Y U U P",
+		"Open creating a node":           "Y P Y Y U U P",
+		"GetContentsAndStat":             "Y P Y Y U U P",
+		"GetStat":                        "Y P Y Y U U P",
+		"ReadDir":                        "Y P Y Y U U P",
+		"SetContents":                    "Y P Y Y U U P",
+		"SetACL":                         "Y P Y Y U U P",
+		"Acquire (and Release)":          "Y P Y Y U U P",
+		"GetSequencer of beta's lock, beta's session":       "Y P P P U U P",
+		"GetSequencer of beta's lock, own session":          "Y P F F U U P",
+		"CheckSequencer of beta's sequencer":                "Y P Y Y U U P",
+		"Delete":                                            "Y P Y Y U U P",
+		"Release of beta's lock, beta's session":            "Y P P P U U P",
+		"Release of beta's lock, own session":               "Y P F F U U P",
+		"ListSessions of beta":                              "Y P P P U U Y",
+		"ListLocks of beta":                                 "Y P P P U U Y",
+		"ListTenants shows beta":                            "Y - - - U U Y",
+		"CreateTenant":                                      "P P P P U U Y",
+		"UpdateTenant of beta":                              "P P P P U U Y",
+		"IssueToken for beta":                               "P P P P U U Y",
+		"ListTokens of beta":                                "P P P P U U Y",
+		"RevokeToken of beta":                               "P P P P U U Y",
+		"events of beta's node reach the caller":            "Y - Y Y - - -",
+		"events after beta withdrew the grant":              "Y - - - - - -",
+		"cache invalidations of beta's node":                "Y - Y Y - - -",
+		"cache invalidations after beta withdrew the grant": "Y - - - - - -",
+		"peer join (peer ALPN)":                             "P P P P P P P",
+	}
+	wantCode := map[string]string{
+		"Y": "ok",
+		"P": api.PermissionDenied.String(),
+		"U": api.Unauthenticated.String(),
+		"F": api.FailedPrecondition.String(),
+		"-": "nothing",
 	}
 	order := []*actor{owner, plain, granted, grantedTok, revoked, anon, admin}
 	var b strings.Builder
@@ -386,10 +427,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 		for i, a := range order {
 			res := got[a.name][r.name]
 			mark := ""
-			if (res == "ok") != (exp[i] == "Y") {
+			want, known := wantCode[exp[i]]
+			if !known {
+				t.Fatalf("row %q: unknown expectation %q", r.name, exp[i])
+			}
+			if res != want {
 				mark = " <-- WRONG"
 				bad++
-				t.Errorf("%s as %s: %s; want %s", r.name, a.name, res, map[string]string{"Y": "allowed", "N": "refused"}[exp[i]])
+				t.Errorf("%s as %s: %s; want %s", r.name, a.name, res, want)
 			}
 			cell := "ALLOWED"
 			switch res {

@@ -129,6 +129,11 @@ type Config struct {
 	TenantReadConcurrency int
 	// Logger receives the replica's logs. If nil, slog.Default().
 	Logger *slog.Logger
+
+	// wallClock, if set, is this replica's wall clock instead of time.Now:
+	// the in-process tests of clock skew set it (export_test.go). It is
+	// unexported so that no deployment can skew a replica's clock.
+	wallClock func() time.Time
 }
 
 func (c Config) populate() Config {

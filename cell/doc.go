@@ -46,6 +46,25 @@
 // (Chubby §2.9); clients re-establish handles on their next call, since
 // handles are self-describing.
 //
+// # Time
+//
+// Every command carries the cell's time, stamped by the master (clock.go);
+// the namespace uses no other (creation and modification stamps,
+// lock-delay) and applies each command at max(its stamp, the state's
+// clock). The master's rule: a stamp is never below the state's clock nor
+// below its own previous stamp, so time never goes backwards across masters
+// (DESIGN.md invariant 9); while a lock-delay may be running — the state's
+// clock has not reached the latest lock-delay end, or an ExpireSession this
+// master stamped is not yet applied — the time advances exactly as the
+// master's monotonic clock does (from when it became master, for its first
+// stamp), whatever its wall clock says; otherwise it is the master's wall
+// clock, held still while that is behind. So no replica's wall clock, minutes
+// ahead or behind, can cut a lock-delay short or stretch it: a lock-delay
+// of d lasts d of real time as the masters' monotonic clocks measure it.
+// Stamps therefore track the wall clock only between lock-delays; they may
+// run ahead of a lagging master's clock, or behind a fail-over gap, until
+// the next stretch with no lock-delay running.
+//
 // # Tenancy
 //
 // One cell serves many tenants, and none may see, touch, slow down or

@@ -173,26 +173,23 @@ func (s *scheduler) run(ctx context.Context) {
 				default:
 				}
 			}
-			data, err := namespace.EncodeCommand(namespace.Command{Time: time.Now().UnixNano(), Caller: it.caller, Op: it.op})
-			if err != nil {
-				s.finished()
-				it.done(namespace.Result{}, errInvalid(err.Error()))
-				continue
-			}
 			done := it.done
-			p := &proposal{data: data, start: time.Now(), done: func(res namespace.Result, err error) {
+			p, _, err := s.r.newProposal(it.caller, it.op, func(res namespace.Result, err error) {
 				s.finished()
 				done(res, err)
-			}}
+			})
+			if err != nil {
+				s.finished()
+				done(namespace.Result{}, err)
+				continue
+			}
 			select {
 			case s.r.proposeC <- p:
 			case <-ctx.Done():
-				s.finished()
-				done(namespace.Result{}, s.r.notMaster())
+				p.done(namespace.Result{}, s.r.notMaster())
 				return
 			case <-s.r.done:
-				s.finished()
-				done(namespace.Result{}, errUnavailable("the replica stopped"))
+				p.done(namespace.Result{}, errUnavailable("the replica stopped"))
 				return
 			}
 		}

@@ -52,6 +52,10 @@ type master struct {
 }
 
 func newMaster(r *Replica, epoch uint64) (*master, error) {
+	// Stamps of this term count from now and from the state's clock.
+	if err := r.clock.rebase(); err != nil {
+		return nil, err
+	}
 	mgr, err := session.New(r.sessionConfig(epoch))
 	if err != nil {
 		return nil, err
@@ -574,11 +578,14 @@ func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, 
 		// Stay at the head; the release that frees the lock kicks again.
 		m.notifyConflict(q.path)
 	case errors.Is(err, api.ErrLockDelay):
+		// The delay ends when the cell's time reaches ae.Until; while a
+		// lock-delay runs, that time follows this replica's monotonic
+		// clock (clock.go), so the difference is the real wait.
 		var ae *api.Error
 		errors.As(err, &ae)
-		wait := time.Until(time.Unix(0, ae.Until))
-		if wait < time.Millisecond {
-			wait = time.Millisecond
+		wait := time.Millisecond
+		if now, err := m.r.clock.now(); err == nil && ae.Until-now > int64(wait) {
+			wait = time.Duration(ae.Until - now)
 		}
 		if q.timer != nil {
 			q.timer.Stop()

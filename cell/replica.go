@@ -66,6 +66,8 @@ type Replica struct {
 	corrupt atomic.Pointer[error]
 	// guardDone is closed when the guard record's syncer has stopped.
 	guardDone chan struct{}
+	// clock stamps the commands this replica proposes (clock.go).
+	clock *cellClock
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -120,6 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		r.closeResources()
 		return nil, err
 	}
+	r.clock = newCellClock(cfg.wallClock, monotime.Real(), r.ns.Clock)
 	loopCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.guardDone = make(chan struct{})
@@ -692,25 +695,26 @@ func (r *Replica) failWaiters() {
 }
 
 // propose runs op through Paxos on behalf of caller and returns its applied
-// result. The command is stamped with this master's wall-clock time, the
+// result. The command is stamped with the cell's time (see cellClock), the
 // only time the namespace ever uses. If ctx ends first the command may still
 // be applied later.
 func (r *Replica) propose(ctx context.Context, caller namespace.Caller, op namespace.Op) (namespace.Result, error) {
-	data, err := namespace.EncodeCommand(namespace.Command{Time: time.Now().UnixNano(), Caller: caller, Op: op})
-	if err != nil {
-		return namespace.Result{}, errInvalid(err.Error())
-	}
 	type outcome struct {
 		res namespace.Result
 		err error
 	}
 	ch := make(chan outcome, 1)
-	p := &proposal{data: data, start: time.Now(), done: func(res namespace.Result, err error) { ch <- outcome{res, err} }}
+	p, drop, err := r.newProposal(caller, op, func(res namespace.Result, err error) { ch <- outcome{res, err} })
+	if err != nil {
+		return namespace.Result{}, err
+	}
 	select {
 	case r.proposeC <- p:
 	case <-ctx.Done():
+		drop()
 		return namespace.Result{}, ctxError(ctx)
 	case <-r.done:
+		drop()
 		return namespace.Result{}, errUnavailable("the replica stopped")
 	}
 	select {
@@ -724,16 +728,15 @@ func (r *Replica) propose(ctx context.Context, caller namespace.Caller, op names
 // proposeAsync runs op through Paxos and calls done with the result on the
 // run loop goroutine; done must not block.
 func (r *Replica) proposeAsync(caller namespace.Caller, op namespace.Op, done func(namespace.Result, error)) {
-	data, err := namespace.EncodeCommand(namespace.Command{Time: time.Now().UnixNano(), Caller: caller, Op: op})
+	p, _, err := r.newProposal(caller, op, done)
 	if err != nil {
-		done(namespace.Result{}, errInvalid(err.Error()))
+		done(namespace.Result{}, err)
 		return
 	}
-	p := &proposal{data: data, start: time.Now(), done: done}
 	select {
 	case r.proposeC <- p:
 	case <-r.done:
-		done(namespace.Result{}, errUnavailable("the replica stopped"))
+		p.done(namespace.Result{}, errUnavailable("the replica stopped"))
 	}
 }
 

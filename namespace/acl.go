@@ -111,11 +111,17 @@ func aclGrants(data []byte, fileTenant string, c Caller) bool {
 	return false
 }
 
-// check returns PermissionDenied unless c has perm on n at p.
+// check returns PermissionDenied unless c has perm on n at p. A caller that
+// could not tell whether p exists (it may not read p's parent) gets the very
+// error a missing node gives it, so the refusal does not reveal that p
+// exists; one that could is told which permission it lacks.
 func (v *view) check(c Caller, p Path, n *nodeRec, perm api.Perm) (*api.Error, error) {
 	ok, err := v.allowed(c, p, n, perm)
 	if err != nil || ok {
 		return nil, err
+	}
+	if hidden, err := v.missing(c, p); err != nil || hidden.Code == api.PermissionDenied {
+		return hidden, err
 	}
 	return api.Errorf(api.PermissionDenied, "%s: no %s permission", p, perm), nil
 }

@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/lockcell/lockcell/api"
@@ -131,5 +132,39 @@ func TestCallerValidation(t *testing.T) {
 	ts, err := e.s.ListTenants(admin)
 	if err != nil || len(ts) != 1 || ts[0].Name != "a" {
 		t.Fatalf("%+v %v", ts, err)
+	}
+}
+
+// TestRefusalHidesExistence: to a caller that may not read a node's parent,
+// every refusal about an existing node reads exactly like the one about a
+// missing node beside it — code and message — whatever the operation.
+func TestRefusalHidesExistence(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.tenant("a", api.TenantQuota{})
+	e.tenant("b", api.TenantQuota{})
+	e.create(alice, 0, "/a/d", true, "")
+	e.create(alice, 0, "/a/d/secret", false, "s")
+	holder := e.session(alice)
+	g := e.ok(alice, &Acquire{Session: holder, Path: "/a/d/secret", Mode: api.LockExclusive}).(*Granted)
+	sid := e.session(carol)
+	ops := map[string]func(path string) Op{
+		"set-contents": func(p string) Op { return &SetContents{Path: p, Contents: []byte("x")} },
+		"delete":       func(p string) Op { return &Delete{Path: p} },
+		"set-acl":      func(p string) Op { return &SetACL{Path: p} },
+		"acquire":      func(p string) Op { return &Acquire{Session: sid, Path: p, Mode: api.LockShared} },
+		"release":      func(p string) Op { return &Release{Session: sid, Path: p, Generation: g.Generation} },
+		"open":         func(p string) Op { return &OpenNode{Path: p} },
+	}
+	for name, op := range ops {
+		there := e.fails(carol, op("/a/d/secret"), api.PermissionDenied)
+		gone := e.fails(carol, op("/a/d/nothing"), api.PermissionDenied)
+		if there.Msg != strings.ReplaceAll(gone.Msg, "/a/d/nothing", "/a/d/secret") {
+			t.Errorf("%s: existing node refused with %q, missing one with %q", name, there.Msg, gone.Msg)
+		}
+	}
+	_, there := e.s.Stat(carol, "/a/d/secret")
+	_, gone := e.s.Stat(carol, "/a/d/nothing")
+	if there == nil || gone == nil || there.Error() != strings.ReplaceAll(gone.Error(), "/a/d/nothing", "/a/d/secret") {
+		t.Errorf("Stat: existing node %v, missing one %v", there, gone)
 	}
 }

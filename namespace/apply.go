@@ -26,7 +26,12 @@ func (t *txn) apply(cmd Command) (Result, error) {
 	if cmd.Time < 0 {
 		return Result{Err: api.Errorf(api.InvalidArgument, "command time %d is negative", cmd.Time)}, nil
 	}
-	a := &applier{txn: t, now: cmd.Time, c: cmd.Caller, res: &res}
+	// The clock never goes back: a command stamped below the time of one
+	// applied before it (a new master whose wall clock is behind, or two
+	// commands stamped and proposed in different orders) is applied at the
+	// later time. Only a command that succeeds moves the clock: one that
+	// fails changes nothing.
+	a := &applier{txn: t, now: max(t.ctr.Clock, cmd.Time), c: cmd.Caller, res: &res}
 	var (
 		reply Reply
 		aerr  *api.Error
@@ -68,6 +73,7 @@ func (t *txn) apply(cmd Command) (Result, error) {
 	if aerr != nil {
 		return Result{Err: aerr}, nil
 	}
+	t.ctr.Clock = a.now
 	res.Reply = reply
 	return res, nil
 }
@@ -185,6 +191,7 @@ func (a *applier) endSession(sid uint64, expired bool) (Reply, *api.Error, error
 		n.removeHolder(sid)
 		if expired && n.LockDelay > 0 && a.now+n.LockDelay > n.DelayUntil {
 			n.DelayUntil = a.now + n.LockDelay
+			a.ctr.DelayEnd = max(a.ctr.DelayEnd, n.DelayUntil)
 		}
 		if len(n.Holders) == 0 {
 			if err := a.del(lockedKey(p)); err != nil {
@@ -611,6 +618,13 @@ func (a *applier) release(op *Release) (Reply, *api.Error, error) {
 	}
 	sid := op.Session
 	if !n.holds(sid) {
+		// A holder may always give its lock back, whatever the ACLs say
+		// now; anyone else learns that the lock is not theirs only if they
+		// may read the node. Otherwise the refusal would reveal that the
+		// node exists.
+		if aerr, err := a.check(a.c, p, n, api.PermRead); aerr != nil || err != nil {
+			return nil, aerr, err
+		}
 		return nil, api.Errorf(api.FailedPrecondition, "%s: session %d does not hold the lock", p, sid), nil
 	}
 	if op.Generation != n.LockGen {

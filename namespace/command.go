@@ -23,8 +23,9 @@ type Caller struct {
 // envelope the master stamps. Apply uses no time but Time.
 type Command struct {
 	// Time is the master-stamped time, unix nanoseconds. It is the only time
-	// apply ever uses (creation and modification stamps, lock-delay). It must
-	// not be negative.
+	// apply ever uses (creation and modification stamps, lock-delay), and
+	// apply uses it as max(Time, the state's clock), so the time in the
+	// state never goes backwards (Store.Clock). It must not be negative.
 	Time int64
 	// Caller is the authenticated issuer; apply checks ACLs against it.
 	Caller Caller
@@ -173,7 +174,10 @@ type Acquire struct {
 
 // Release gives up Session's hold on a node's lock. Generation must name the
 // lock generation being released, so a stale release never frees a newer
-// grant. No ACL check: the holder may always let go. Reply: *Released.
+// grant. No ACL check for the holder: it may always let go. A session that
+// does not hold the lock gets FailedPrecondition if its caller may read the
+// node, else PermissionDenied (the refusal does not reveal that the node
+// exists). Reply: *Released.
 type Release struct {
 	Session    uint64 `msgpack:"s"`
 	Path       string `msgpack:"p"`

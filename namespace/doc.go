@@ -14,6 +14,18 @@
 // turns into events and wake-ups). Session liveness (leases, KeepAlive) is
 // not here: the master decides a session expired and proposes ExpireSession.
 //
+// # Time
+//
+// The state keeps a clock (Store.Clock): the time of the last command that
+// succeeded. Each command runs at max(clock, Command.Time), so the time the
+// state sees never goes backwards, whatever a master's wall clock says
+// (DESIGN.md invariant 9): creation and modification stamps only grow, and a
+// lock-delay is never lengthened by a stamp from the past. A lock-delay ends
+// when the clock reaches the node's DelayUntil; the state also keeps the
+// latest such end (Store.Clock's delayEnd), so a master knows until when a
+// lock-delay may still be running. That the clock does not run faster than
+// real time is the master's duty (cell/clock.go): apply cannot know.
+//
 // # Data model
 //
 // Paths are /<tenant>/<name>/... (ParsePath has the rules). A tenant's root
@@ -39,7 +51,9 @@
 // (Store.Checksum) covers the whole logical state and is maintained
 // incrementally. Snapshot and InstallSnapshot move the whole state between
 // replicas. Records use a compact binary encoding (reccodec.go); the meta
-// record names the store format and Open refuses any other (ErrFormat).
+// record names the store format and Open refuses one it cannot read
+// (ErrFormat); it reads the previous format, which needs no conversion
+// (keys.go).
 //
 // # Apply cost
 //

@@ -53,7 +53,16 @@ const (
 //	1  records as msgpack maps; meta of 16 bytes without a format byte
 //	2  records in the binary encoding of reccodec.go (recordVersion 2);
 //	   snapshot streams "LCNSNAP2"
-const storeFormat byte = 2
+//	3  the counters record carries the cell's clock and the latest
+//	   lock-delay end (records.go); snapshot streams "LCNSNAP3". A format 2
+//	   store opens as is (its counters read as clock 0, lock-delay end 0)
+//	   and is format 3 from its next applied slot; a format 2 snapshot
+//	   stream installs likewise. Builds that read format 2 only refuse a
+//	   format 3 store with ErrFormat.
+const storeFormat byte = 3
+
+// storeFormatMigrated is the older format Open still accepts (see above).
+const storeFormatMigrated byte = 2
 
 // metaLen is the length of the meta record's value.
 const metaLen = 1 + 8 + 8

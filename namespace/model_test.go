@@ -65,6 +65,10 @@ type model struct {
 	lastSess uint64
 	lastInst uint64
 	lastGen  uint64
+	// clock is the latest command time applied; delayEnd the latest
+	// lock-delay end set.
+	clock    int64
+	delayEnd int64
 }
 
 func newModel(cfg Config) *model {
@@ -224,6 +228,9 @@ func (m *model) apply(cmd Command) Result {
 	if cmd.Time < 0 {
 		return Result{Err: mErr(api.InvalidArgument)}
 	}
+	// Time never goes back: a command stamped earlier than the clock runs at
+	// the clock; one that succeeds moves the clock to its time.
+	cmd.Time = max(m.clock, cmd.Time)
 	var res Result
 	var reply Reply
 	var e *api.Error
@@ -254,6 +261,7 @@ func (m *model) apply(cmd Command) Result {
 	if e != nil {
 		return Result{Err: e}
 	}
+	m.clock = cmd.Time
 	res.Reply = reply
 	return res
 }
@@ -308,6 +316,7 @@ func (m *model) endSession(cmd Command, res *Result, sid uint64, expired bool) (
 		n.holders = slices.DeleteFunc(n.holders, func(h uint64) bool { return h == sid })
 		if expired && n.lockDelay > 0 && cmd.Time+n.lockDelay > n.delayUntil {
 			n.delayUntil = cmd.Time + n.lockDelay
+			m.delayEnd = max(m.delayEnd, n.delayUntil)
 		}
 		if len(n.holders) == 0 {
 			n.holders = nil
@@ -579,7 +588,13 @@ func (m *model) release(cmd Command, res *Result, op *Release) (Reply, *api.Erro
 	if e != nil {
 		return nil, e
 	}
-	if !slices.Contains(n.holders, op.Session) || op.Generation != n.lockGen {
+	if !slices.Contains(n.holders, op.Session) {
+		if e := m.check(cmd.Caller, p, n, api.PermRead); e != nil {
+			return nil, e
+		}
+		return nil, mErr(api.FailedPrecondition)
+	}
+	if op.Generation != n.lockGen {
 		return nil, mErr(api.FailedPrecondition)
 	}
 	n.holders = slices.DeleteFunc(n.holders, func(h uint64) bool { return h == op.Session })

@@ -131,12 +131,21 @@ func (r *recReader) uints(v reflect.Value, what string) {
 	}
 }
 
+// encodeCounters writes the three sequences and then, if either is not
+// zero, the clock and the lock-delay end. A record without the last two is
+// what store format 2 wrote; it reads as clock 0, and one encoding per value
+// keeps the record canonical.
 func encodeCounters(c *counters) []byte {
-	b := make([]byte, 0, 2+3*binary.MaxVarintLen64)
+	b := make([]byte, 0, 2+5*binary.MaxVarintLen64)
 	b = append(b, recordVersion, tagCounters)
 	b = appendUvarint(b, c.Session)
 	b = appendUvarint(b, c.Instance)
-	return appendUvarint(b, c.LockGen)
+	b = appendUvarint(b, c.LockGen)
+	if c.Clock == 0 && c.DelayEnd == 0 {
+		return b
+	}
+	b = appendVarint(b, c.Clock)
+	return appendVarint(b, c.DelayEnd)
 }
 
 func encodeToken(t *tokenRec) []byte {
@@ -207,6 +216,12 @@ func decodeRec(key, b []byte, v any) error {
 		x.Created = r.varint()
 	case *counters:
 		*x = counters{Session: r.uvarint(), Instance: r.uvarint(), LockGen: r.uvarint()}
+		if len(r.b) > 0 && r.err == nil {
+			x.Clock, x.DelayEnd = r.varint(), r.varint()
+			if x.Clock == 0 && x.DelayEnd == 0 && r.err == nil {
+				r.fail("counters with an explicit zero clock")
+			}
+		}
 	case *tokenRec:
 		*x = tokenRec{Tenant: r.string(), Principal: r.string(), Hash: []byte(r.string()), Created: r.varint()}
 	}

@@ -87,11 +87,21 @@ func (t *tenantRec) info(name string) api.TenantInfo {
 }
 
 // counters is the stored counters record (key nC): the last value handed out
-// of each sequence. Sequences start at 1 and never go back, so session IDs,
-// node instances and lock generations are never reused, not even across
-// deletion and re-creation.
+// of each sequence, and the cell's clock. Sequences start at 1 and never go
+// back, so session IDs, node instances and lock generations are never
+// reused, not even across deletion and re-creation.
 type counters struct {
 	Session  uint64
 	Instance uint64
 	LockGen  uint64
+	// Clock is the time of the last command that succeeded: every command
+	// is applied at max(Clock, Command.Time), so the time apply sees never
+	// goes backwards (DESIGN.md invariant 9). Unix nanoseconds; 0 before
+	// the first command.
+	Clock int64
+	// DelayEnd is the latest lock-delay end any command has set (on the
+	// clock above; 0 if none): once the clock reaches it no lock is in
+	// lock-delay. The master uses it to know when its own wall clock may
+	// not move the cell's time (cell/clock.go).
+	DelayEnd int64
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Snapshot stream format, version 2 (store format 2, keys.go):
+// Snapshot stream format, version 3 (store format 3, keys.go):
 //
-//	magic      8 bytes "LCNSNAP2"
+//	magic      8 bytes "LCNSNAP3"
 //	slot       uvarint, the applied slot the state is at
 //	checksum   8 bytes big-endian, Checksum() at that slot
 //	records    per logical key in increasing key order:
@@ -25,8 +25,12 @@ import (
 //
 // The meta record is not streamed: the header carries what it holds. The
 // records are streamed as stored, so the magic names the store format;
-// version 1 ("LCNSNAP1") carried format-1 records.
-const snapshotMagic = "LCNSNAP2"
+// version 1 ("LCNSNAP1") carried format-1 records. InstallSnapshot also
+// takes version 2 ("LCNSNAP2"): format 2 records read as format 3 ones.
+const snapshotMagic = "LCNSNAP3"
+
+// snapshotMagicMigrated is the older stream InstallSnapshot accepts.
+const snapshotMagicMigrated = "LCNSNAP2"
 
 // Limits InstallSnapshot enforces on each record.
 const (
@@ -166,7 +170,7 @@ func readSnapshot(r io.Reader, b *pebble.Batch) (slot, sum uint64, err error) {
 	if err != nil {
 		return 0, 0, eof(err)
 	}
-	if string(magic) != snapshotMagic {
+	if string(magic) != snapshotMagic && string(magic) != snapshotMagicMigrated {
 		return 0, 0, badSnap("bad magic %q", magic)
 	}
 	if slot, err = binary.ReadUvarint(sr); err != nil {

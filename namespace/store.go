@@ -103,6 +103,22 @@ func (s *Store) AppliedSlot() uint64 {
 	return s.mu.applied
 }
 
+// Clock returns the cell's clock as of AppliedSlot, the time of the last
+// command that succeeded (unix nanoseconds, 0 before the first; every
+// command is applied at max(Clock, Command.Time), so it never goes
+// backwards), and the
+// latest lock-delay end any command has set on that clock (0 if none: once
+// the clock reaches it, no lock is in lock-delay). A master stamps its
+// commands no lower than Clock. Errors are storage failures.
+func (s *Store) Clock() (now, delayEnd int64, err error) {
+	err = s.reading(func(v *view) error {
+		c, err := v.counters()
+		now, delayEnd = c.Clock, c.DelayEnd
+		return err
+	})
+	return now, delayEnd, err
+}
+
 // Checksum returns the checksum of the whole logical state as of
 // AppliedSlot: the sum over every namespace key (but the meta record) of a
 // 64-bit hash of the key and value. It is maintained incrementally and
@@ -230,11 +246,11 @@ func parseMeta(meta []byte) (slot, sum uint64, err error) {
 	switch {
 	case len(meta) == 16:
 		// Format 1 had no format byte: slot and checksum only.
-		return 0, 0, fmt.Errorf("%w: store format 1 (msgpack records); this build reads format %d only", ErrFormat, storeFormat)
+		return 0, 0, fmt.Errorf("%w: store format 1 (msgpack records); this build reads formats %d and %d", ErrFormat, storeFormatMigrated, storeFormat)
 	case len(meta) != metaLen:
 		return 0, 0, fmt.Errorf("%w: meta record of %d bytes", ErrCorrupt, len(meta))
-	case meta[0] != storeFormat:
-		return 0, 0, fmt.Errorf("%w: store format %d; this build reads format %d only", ErrFormat, meta[0], storeFormat)
+	case meta[0] != storeFormat && meta[0] != storeFormatMigrated:
+		return 0, 0, fmt.Errorf("%w: store format %d; this build reads formats %d and %d", ErrFormat, meta[0], storeFormatMigrated, storeFormat)
 	}
 	return binary.BigEndian.Uint64(meta[1:9]), binary.BigEndian.Uint64(meta[9:]), nil
 }
