@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/monotime"
 )
 
 // Defaults. The grace period is Chubby's (§2.8).
@@ -81,6 +82,12 @@ type Config struct {
 	Cache bool
 	// Logger receives the client's logs. If nil, slog.Default().
 	Logger *slog.Logger
+
+	// clock is the monotonic clock of the sessions' lease accounting,
+	// KeepAlive timers and grace period. It is not a user setting (a wrong
+	// clock breaks mutual exclusion); only this package's tests set it. If
+	// nil, the process's monotonic clock.
+	clock monotime.Clock
 }
 
 func (c Config) populate() (Config, error) {
@@ -128,6 +135,9 @@ func (c Config) populate() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.clock == nil {
+		c.clock = monotime.Real()
 	}
 	return c, nil
 }

@@ -307,12 +307,11 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 		}
 		return true, err
 	}
-	if err := s.CloseWrite(); err != nil {
-		if ctx.Err() == nil {
-			c.drop(cc, "")
-		}
-		return true, err
-	}
+	// NB: finishing the sending side fails if the replica has already
+	// answered and stopped reading (it does once its handler returns),
+	// which a fast reply makes common; the reply is still there to read,
+	// and a broken stream or connection shows in ReadFrame.
+	_ = s.CloseWrite()
 	f, err := s.ReadFrame(ctx)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -97,9 +97,11 @@ func (h *Handle) Close(ctx context.Context) error {
 }
 
 // GetContents returns the file's contents and metadata (from the cache
-// when it is on and holds them).
+// when it is on and holds them, and the session is safe as of now).
 func (h *Handle) GetContents(ctx context.Context) ([]byte, api.NodeStat, error) {
-	if h.cache {
+	// The cache is valid only while the lease runs: safe() turns it off at
+	// once if the lease has run out, without waiting for the KeepAlive loop.
+	if h.cache && h.s.safe() {
 		if f, ok := h.s.cache.get(h.h.Path); ok && f.stat.Instance == h.h.Instance {
 			return append([]byte(nil), f.contents...), f.stat, nil
 		}

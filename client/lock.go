@@ -11,11 +11,27 @@ import (
 )
 
 // Lock is a held lock: its mode, generation and sequencer, and a context
-// cancelled the moment the lock may be lost — when the session enters
-// jeopardy or ends, when the node is deleted, or on Release — so that work
-// under the lock can stop in time. context.Cause of the context says why
-// (ErrJeopardy, ErrSessionExpired, ErrClosed, ErrHandleInvalid,
-// ErrReleased).
+// cancelled the moment the lock may be lost — when the session's local
+// lease runs out (jeopardy) or the session ends, when the node is deleted,
+// or on Release — so that work under the lock can stop in time.
+// context.Cause of the context says why (ErrJeopardy, ErrSessionExpired,
+// ErrClosed, ErrHandleInvalid, ErrReleased).
+//
+// The context is exact on the session's monotonic clock: its Err, Done and
+// Value (and so context.Cause) compare the local lease deadline with the
+// clock when called, so once the lease has run out the very first look
+// reports the lock lost — also in the first instant after the process was
+// paused (SIGSTOP, a long GC pause, a frozen VM), before any other
+// goroutine has run. Check Context().Err() (or Err) right before every
+// action that relies on holding the lock, and hand the sequencer to the
+// servers you act on: only they can refuse a holder that was paused after
+// its last look.
+//
+// Contexts derived from it (context.WithTimeout and the like) are
+// cancelled through it: by whoever first finds the lock lost — a look at
+// this context, Session.State, a call in the session — or else by the
+// KeepAlive loop's timer at the lease's end. Their own Err does not
+// consult the deadline; look at this context itself where it matters.
 //
 // After jeopardy the session may yet turn out safe and still hold the lock,
 // but this Lock's context stays cancelled: Release it and acquire again to
@@ -26,15 +42,29 @@ type Lock struct {
 	gen    uint64
 	seq    sequencer.Sequencer
 	raw    []byte
-	ctx    context.Context
+	ctx    *lockCtx
 	cancel context.CancelCauseFunc
+	// gone is why the lock left the session's set of held locks.
+	// REQUIRES: h.s.mu held.
+	gone error
 }
 
-// Context returns the lock's context.
+// Context returns the lock's context (see Lock).
 func (l *Lock) Context() context.Context { return l.ctx }
 
-// Done is the lock's context's Done channel.
+// Done is the lock's context's Done channel. Like the context's, it is
+// already closed when returned if the lease has run out.
 func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lock is held as far as the session can prove
+// now, and otherwise why it may be lost (the context's cause: ErrJeopardy,
+// ErrSessionExpired, ErrClosed, ErrHandleInvalid or ErrReleased).
+func (l *Lock) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
 
 // Mode returns the mode the lock is held in.
 func (l *Lock) Mode() api.LockMode { return l.mode }
@@ -52,6 +82,58 @@ func (l *Lock) SequencerBytes() []byte { return append([]byte(nil), l.raw...) }
 func (l *Lock) Handle() *Handle { return l.h }
 
 func (l *Lock) lost(cause error) { l.cancel(cause) }
+
+// lockCtx is a Lock's context. Before answering, Err, Done and Value ask
+// the session whether the lock is still held as of now
+// (Session.lockLoss), which compares the local lease deadline with the
+// clock and, if the lock may be lost, cancels inner synchronously. So the
+// answer is exact at the first look, whatever the KeepAlive goroutine has
+// done, and context.Cause — which finds the nearest cancelCtx through
+// Value — reports the reason. Contexts derived from it register with inner
+// (context's propagation finds it through Value and Done).
+//
+// A lock's context has no Deadline: the lease end moves forward with every
+// KeepAlive, and a context's deadline may not change (context.WithTimeout
+// on a parent whose deadline is sooner drops its own timer).
+type lockCtx struct {
+	inner context.Context
+	l     *Lock
+}
+
+// check cancels the context if the lock may be lost as of now.
+func (c *lockCtx) check() {
+	if exactLease && c.inner.Err() == nil {
+		c.l.h.s.lockLoss(c.l)
+	}
+}
+
+// Deadline reports none (see lockCtx).
+func (c *lockCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done returns a channel closed once the lock may be lost; it is already
+// closed if the lease has run out.
+func (c *lockCtx) Done() <-chan struct{} {
+	c.check()
+	return c.inner.Done()
+}
+
+// Err returns context.Canceled once the lock may be lost, exactly.
+func (c *lockCtx) Err() error {
+	c.check()
+	return c.inner.Err()
+}
+
+// Value returns inner's values; it checks first so that context.Cause is
+// exact too.
+func (c *lockCtx) Value(key any) any {
+	c.check()
+	return c.inner.Value(key)
+}
+
+// String names the lock.
+func (c *lockCtx) String() string {
+	return fmt.Sprintf("client.Lock(%s, generation %d)", c.l.h.h.Path, c.l.gen)
+}
 
 // Acquire takes the node's lock in mode, waiting in the lock's FIFO queue
 // at the master until it is granted or ctx ends. A cancelled Acquire leaves
@@ -110,13 +192,11 @@ func (h *Handle) acquire(ctx context.Context, mode api.LockMode, wait bool) (*Lo
 		return nil, fmt.Errorf("acquire %s: the cell sent a bad sequencer: %w", h.h.Path, err)
 	}
 	l := &Lock{h: h, mode: resp.Mode, gen: resp.Generation, seq: seq, raw: resp.Sequencer}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	if !h.s.addLock(l) {
+	inner, cancel := context.WithCancelCause(context.Background())
+	l.ctx, l.cancel = &lockCtx{inner: inner, l: l}, cancel
+	if cause := h.s.addLock(l); cause != nil {
 		// Jeopardy or the end of the session came first.
-		l.cancel(ErrJeopardy)
-		if err := h.s.Err(); err != nil {
-			l.cancel(err)
-		}
+		l.cancel(cause)
 	}
 	return l, nil
 }
@@ -174,11 +254,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	switch {
 	case err == nil:
-		h.s.removeLock(l)
+		h.s.removeLock(l, ErrReleased)
 		l.cancel(ErrReleased)
 		return nil
 	case errors.Is(err, api.ErrFailedPrecondition), errors.Is(err, api.ErrNotFound):
-		h.s.removeLock(l)
+		h.s.removeLock(l, ErrReleased)
 		l.cancel(ErrReleased)
 		return fmt.Errorf("release %s (generation %d): %w: %w", h.h.Path, l.gen, ErrNotHeld, err)
 	}

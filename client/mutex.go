@@ -17,7 +17,8 @@ import (
 //
 // A Mutex belongs to one session and is safe for concurrent use; it holds
 // at most one grant at a time. Lock and TryLock on a Mutex that is already
-// held return an error wrapping api.ErrFailedPrecondition.
+// held return an error wrapping api.ErrFailedPrecondition; once the grant
+// may have been lost (its context ended) they acquire again.
 type Mutex struct {
 	s    *Session
 	path string
@@ -52,9 +53,12 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lock, error) { return m.lock(ctx,
 func (m *Mutex) lock(ctx context.Context, wait bool) (*Lock, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.held != nil {
+	if m.held != nil && m.held.ctx.Err() == nil {
 		return nil, fmt.Errorf("lock %s: %w: this mutex is already held", m.path, api.ErrFailedPrecondition)
 	}
+	// A grant that may have been lost is replaced once Acquire succeeds:
+	// it takes the lock again or, if the session turned out to hold it
+	// still, returns it anew with a context of the current lease.
 	if m.h == nil {
 		h, err := m.s.Open(ctx, m.path, m.opts)
 		if err != nil {
@@ -83,15 +87,20 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lock, error) {
 	return l, nil
 }
 
-// Held returns the current grant, or nil.
+// Held returns the current grant, or nil if there is none or it may have
+// been lost (exactly, as of now: see Lock).
 func (m *Mutex) Held() *Lock {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.held == nil || m.held.ctx.Err() != nil {
+		return nil
+	}
 	return m.held
 }
 
 // Unlock releases the mutex. Unlocking a mutex that is not held returns an
-// error wrapping ErrNotHeld.
+// error wrapping ErrNotHeld. A grant that may have been lost (Held returns
+// nil) is still released at the cell, in case the session kept it.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

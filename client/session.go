@@ -23,6 +23,8 @@ const (
 	// StateJeopardy: the local lease ran out without a KeepAlive reply. The
 	// cache is emptied and off, every held lock's context is cancelled,
 	// calls wait, and the library looks for a master for the grace period.
+	// The session is in jeopardy from the instant the lease runs out on the
+	// session's monotonic clock, whether or not any goroutine has run since.
 	StateJeopardy
 	// StateExpired: the session ended (the master expired it, or the grace
 	// period ran out). Final.
@@ -117,6 +119,15 @@ func (e Event) String() string {
 // for a master (any replica, following redirects) for the grace period. A
 // reply then makes the session safe again; otherwise it expires.
 //
+// The lease deadline is exact: State, every Lock's context (Err, Done,
+// context.Cause), the cache and every call compare the deadline with the
+// monotonic clock when asked, and the first of them to find it passed moves
+// the session to jeopardy there and then. A process paused past its lease
+// (SIGSTOP, a long GC pause, a frozen VM) therefore learns at its very first
+// look after resuming that its locks may be lost, however the scheduler
+// orders its goroutines; the KeepAlive loop's timer only makes the same
+// transition for those who are not looking.
+//
 // Methods are safe for concurrent use. Calls return ErrSessionExpired
 // (wrapped) once the session expired, ErrClosed after Close, ctx's error if
 // ctx ends first (also while waiting out jeopardy), and *api.Error values
@@ -136,6 +147,7 @@ type Session struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	cache    *cache
+	clock    monotime.Clock
 
 	dispatch struct {
 		sync.Mutex
@@ -145,10 +157,15 @@ type Session struct {
 
 	mu struct {
 		sync.Mutex
-		state   State
-		err     error
-		epoch   uint64
-		changed chan struct{} // closed and replaced on a state or epoch change
+		state State
+		err   error
+		// leaseEnd is the end of the local lease on clock. Only the
+		// KeepAlive loop moves it, and only forward.
+		leaseEnd monotime.Time
+		epoch    uint64
+		changed  chan struct{} // closed and replaced on a state or epoch change
+		// locks are the locks held as far as the session knows; a lock
+		// leaves the set (with Lock.gone set) the moment it may be lost.
 		locks   map[*Lock]struct{}
 		watch   map[string]map[chan struct{}]struct{}
 		dropped uint64
@@ -157,7 +174,7 @@ type Session struct {
 
 // NewSession creates a session at the master and starts its KeepAlive loop.
 func (c *Client) NewSession(ctx context.Context) (*Session, error) {
-	sent := monotime.Now()
+	sent := c.cfg.clock.Now()
 	var resp api.CreateSessionResponse
 	// A lost reply leaves at most an orphan session that expires on its own,
 	// so CreateSession is retried like an idempotent call.
@@ -170,10 +187,13 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 		kick:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
+		clock:  c.cfg.clock,
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.dispatch.wake = make(chan struct{}, 1)
+	grant := time.Duration(resp.LeaseTimeout)
 	s.mu.state = StateSafe
+	s.mu.leaseEnd = sent.Add(s.shorten(grant))
 	s.mu.epoch = resp.Epoch
 	s.mu.changed = make(chan struct{})
 	s.mu.locks = map[*Lock]struct{}{}
@@ -182,9 +202,8 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	if !c.addSession(s) {
 		return nil, ErrClosed
 	}
-	grant := time.Duration(resp.LeaseTimeout)
 	go s.dispatchLoop()
-	go s.run(sent.Add(s.shorten(grant)), grant)
+	go s.run(grant)
 	return s, nil
 }
 
@@ -212,12 +231,61 @@ func (s *Session) DroppedEvents() uint64 {
 	return s.mu.dropped
 }
 
-// State returns the session's current state.
+// State returns the session's current state. It is never StateSafe once
+// the local lease has run out on the session's clock: the first look after
+// the deadline moves the session to jeopardy.
 func (s *Session) State() State {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mu.state
+	lapsed := s.lapseIfDueLocked()
+	st := s.mu.state
+	s.mu.Unlock()
+	s.afterLapse(lapsed)
+	return st
 }
+
+// lapseIfDueLocked moves a safe session whose local lease has run out into
+// jeopardy and returns the locks it held (nil if nothing changed); the
+// caller must pass them to afterLapse once s.mu is released. Everything
+// that answers "is the session safe" or "is this lock held" calls it first,
+// so that the answer does not wait for the KeepAlive loop to run.
+// REQUIRES: s.mu held.
+func (s *Session) lapseIfDueLocked() []*Lock {
+	if !exactLease || s.mu.state != StateSafe || s.clock.Now().Before(s.mu.leaseEnd) {
+		return nil
+	}
+	return s.jeopardyLocked()
+}
+
+// jeopardyLocked makes the move from safe to jeopardy: the held locks leave
+// the session (their contexts must be cancelled by afterLapse), the cache
+// is emptied and off, waiters wake and the event is queued. It returns the
+// locks, never nil. The cache and the event change under s.mu, so that a
+// concurrent return to safe (extendLease) cannot overtake them.
+// REQUIRES: s.mu held; s.mu.state is StateSafe.
+func (s *Session) jeopardyLocked() []*Lock {
+	s.mu.state = StateJeopardy
+	locks := s.takeLocksLocked(ErrJeopardy)
+	s.changedLocked()
+	s.cache.disable()
+	s.emit(Event{Kind: EventJeopardy})
+	return locks
+}
+
+// afterLapse finishes a move to jeopardy that jeopardyLocked made (locks is
+// its result; nil means there was none): it cancels the locks' contexts and
+// wakes the loop, which then looks for a master.
+func (s *Session) afterLapse(locks []*Lock) {
+	if locks == nil {
+		return
+	}
+	for _, l := range locks {
+		l.lost(ErrJeopardy)
+	}
+	s.nudge()
+}
+
+// safe reports whether the session is safe now (exactly: see State).
+func (s *Session) safe() bool { return s.State() == StateSafe }
 
 // Epoch returns the master epoch the session last learned.
 func (s *Session) Epoch() uint64 {
@@ -278,7 +346,7 @@ func (s *Session) finish(st State, cause error) {
 	}
 	s.mu.state = st
 	s.mu.err = cause
-	locks := s.takeLocksLocked()
+	locks := s.takeLocksLocked(cause)
 	s.changedLocked()
 	s.mu.Unlock()
 	for _, l := range locks {
@@ -300,9 +368,13 @@ func (s *Session) changedLocked() {
 	s.mu.changed = make(chan struct{})
 }
 
-func (s *Session) takeLocksLocked() []*Lock {
+// takeLocksLocked empties the session's set of held locks, recording cause
+// as the reason each may be lost, and returns them (never nil).
+// REQUIRES: s.mu held.
+func (s *Session) takeLocksLocked(cause error) []*Lock {
 	out := make([]*Lock, 0, len(s.mu.locks))
 	for l := range s.mu.locks {
+		l.gone = cause
 		out = append(out, l)
 	}
 	clear(s.mu.locks)
@@ -402,9 +474,11 @@ func (s *Session) wakeWatchers(path string) {
 func (s *Session) ready(ctx context.Context) (api.Header, <-chan struct{}, error) {
 	for {
 		s.mu.Lock()
+		lapsed := s.lapseIfDueLocked()
 		st, err, ch := s.mu.state, s.mu.err, s.mu.changed
 		h := api.Header{Session: s.id, Epoch: s.mu.epoch, Token: s.cfg.Token}
 		s.mu.Unlock()
+		s.afterLapse(lapsed)
 		switch st {
 		case StateSafe:
 			return h, ch, nil
@@ -489,20 +563,62 @@ func (s *Session) nudge() {
 	}
 }
 
-func (s *Session) addLock(l *Lock) bool {
+// addLock records a granted lock as held. If the session is not safe (as
+// of now) the lock may already be lost: it is not added, and the reason is
+// returned.
+func (s *Session) addLock(l *Lock) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.state != StateSafe {
-		return false
+	lapsed := s.lapseIfDueLocked()
+	var cause error
+	switch s.mu.state {
+	case StateSafe:
+		s.mu.locks[l] = struct{}{}
+	case StateJeopardy:
+		cause = ErrJeopardy
+	default:
+		cause = s.mu.err
 	}
-	s.mu.locks[l] = struct{}{}
-	return true
+	if cause != nil {
+		l.gone = cause
+	}
+	s.mu.Unlock()
+	s.afterLapse(lapsed)
+	return cause
 }
 
-func (s *Session) removeLock(l *Lock) {
+// removeLock forgets a lock that is no longer held, for cause.
+func (s *Session) removeLock(l *Lock, cause error) {
 	s.mu.Lock()
-	delete(s.mu.locks, l)
+	if _, ok := s.mu.locks[l]; ok {
+		delete(s.mu.locks, l)
+		l.gone = cause
+	}
 	s.mu.Unlock()
+}
+
+// lockLoss returns nil while l is held as far as the session knows as of
+// now, and otherwise why it may be lost. It is what makes a Lock's context
+// exact: it lapses the session first if its lease has run out.
+func (s *Session) lockLoss(l *Lock) error {
+	s.mu.Lock()
+	lapsed := s.lapseIfDueLocked()
+	_, held := s.mu.locks[l]
+	cause := l.gone
+	s.mu.Unlock()
+	if !held && cause == nil {
+		// INVARIANT: a lock leaves the set only with its reason recorded.
+		cause = ErrJeopardy
+	}
+	if !held {
+		// Cancel this lock before the others, so that the caller sees the
+		// loss however the rest of afterLapse is delayed.
+		l.lost(cause)
+	}
+	s.afterLapse(lapsed)
+	if held {
+		return nil
+	}
+	return cause
 }
 
 // kaResult is the outcome of one KeepAlive.
@@ -513,39 +629,62 @@ type kaResult struct {
 	err  error
 }
 
+// liveKA is a KeepAlive in flight.
+type liveKA struct {
+	cancel context.CancelFunc
+	// expires is when the loop gives it up: the master answers a KeepAlive
+	// before the lease it renews ends, so one outstanding longer than the
+	// grant is lost.
+	expires monotime.Time
+	// given: it was given up (cancelled) and its result is on the way.
+	given bool
+}
+
 // loop is the KeepAlive loop's state; only the loop goroutine touches it.
+// The session's state (safe or jeopardy) and lease end live in s.mu, since
+// any goroutine may find the lease run out; the loop extends the lease and
+// does the work that follows a lapse (looking for a master).
 type loop struct {
 	s       *Session
+	clock   monotime.Clock
 	results chan kaResult
-	live    map[uint64]context.CancelFunc
+	live    map[uint64]liveKA
 	nextID  uint64
 	ack     uint64
 	epoch   uint64
-	// leaseEnd is the end of the local lease; grant the lease extension the
-	// master is known to grant on every KeepAlive's arrival.
+	// leaseEnd mirrors s.mu.leaseEnd (only the loop changes it); grant is
+	// the lease extension the master is known to grant on every
+	// KeepAlive's arrival.
 	leaseEnd monotime.Time
 	grant    time.Duration
 	// probing: a pair of KeepAlives is out to prove a renewal.
 	probing  bool
 	failures int
 	retryAt  monotime.Time
+	// jeopardy: the loop has seen the current lapse and is looking for a
+	// master until graceEnd.
+	jeopardy bool
 	graceEnd monotime.Time
-	state    State
+	// kicked: someone asked for a KeepAlive now (nudge).
+	kicked bool
 }
 
 // run is the KeepAlive loop.
-func (s *Session) run(leaseEnd monotime.Time, grant time.Duration) {
-	l := &loop{s: s, results: make(chan kaResult), live: map[uint64]context.CancelFunc{},
-		leaseEnd: leaseEnd, grant: grant, state: StateSafe, epoch: s.Epoch()}
+func (s *Session) run(grant time.Duration) {
+	s.mu.Lock()
+	leaseEnd := s.mu.leaseEnd
+	s.mu.Unlock()
+	l := &loop{s: s, clock: s.clock, results: make(chan kaResult), live: map[uint64]liveKA{},
+		leaseEnd: leaseEnd, grant: grant, epoch: s.Epoch()}
 	defer func() {
-		for _, cancel := range l.live {
-			cancel()
+		for _, ka := range l.live {
+			ka.cancel()
 		}
 	}()
-	timer := time.NewTimer(time.Hour)
+	timer := l.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := monotime.Now()
+		now := l.clock.Now()
 		l.step(now)
 		if s.isFinal() {
 			return
@@ -555,10 +694,10 @@ func (s *Session) run(leaseEnd monotime.Time, grant time.Duration) {
 		case r := <-l.results:
 			l.handle(r)
 		case <-s.kick:
-			if len(l.live) < 3 {
-				l.start()
-			}
-		case <-timer.C:
+			// step sends it, after looking at the session's state: a kick
+			// that follows a lapse must not go out on the old connection.
+			l.kicked = true
+		case <-timer.C():
 		case <-s.stop:
 			return
 		}
@@ -582,29 +721,58 @@ func (l *loop) probeLead() time.Duration { return l.grant / 16 }
 
 // step makes the time-driven transitions and starts KeepAlives.
 func (l *loop) step(now monotime.Time) {
-	switch l.state {
-	case StateSafe:
-		if !now.Before(l.leaseEnd) {
-			l.enterJeopardy(now)
+	for id, ka := range l.live {
+		if !ka.given && !now.Before(ka.expires) {
+			// Its goroutine reports the cancellation as a failure.
+			ka.cancel()
+			ka.given = true
+			l.live[id] = ka
 		}
+	}
+	switch l.s.loopState() {
+	case StateSafe:
+		l.jeopardy = false
 	case StateJeopardy:
+		if !l.jeopardy {
+			l.enterJeopardy()
+		}
 		if !now.Before(l.graceEnd) {
 			l.s.finish(StateExpired, fmt.Errorf("%w: no master reached within the grace period (%v)", ErrSessionExpired, l.s.cfg.GracePeriod))
 			return
 		}
-	}
-	if now.Before(l.retryAt) {
+	default:
 		return
 	}
-	needProof := l.state == StateJeopardy || !now.Before(l.leaseEnd.Add(-l.probeLead()))
+	// A kick is served at once, even during a backoff.
+	kicked := l.kicked
+	l.kicked = false
+	if now.Before(l.retryAt) && !kicked {
+		return
+	}
+	needProof := l.jeopardy || !now.Before(l.leaseEnd.Add(-l.probeLead()))
 	switch {
 	case needProof && !l.probing && len(l.live) <= 1:
 		l.probing = true
-		l.start()
-		l.start()
-	case len(l.live) == 0:
-		l.start()
+		l.start(now)
+		l.start(now)
+	case len(l.live) == 0, kicked && len(l.live) < 3:
+		l.start(now)
 	}
+}
+
+// loopState returns the session's state for the loop: like State, it
+// lapses the session if the lease has run out (in every build: this is the
+// KeepAlive goroutine's own timer-driven transition).
+func (s *Session) loopState() State {
+	s.mu.Lock()
+	var lapsed []*Lock
+	if s.mu.state == StateSafe && !s.clock.Now().Before(s.mu.leaseEnd) {
+		lapsed = s.jeopardyLocked()
+	}
+	st := s.mu.state
+	s.mu.Unlock()
+	s.afterLapse(lapsed)
+	return st
 }
 
 // nextWake is when step has something to do next.
@@ -613,31 +781,33 @@ func (l *loop) nextWake(now monotime.Time) monotime.Time {
 	if l.retryAt.After(now) {
 		next = min(next, l.retryAt)
 	}
-	switch l.state {
-	case StateSafe:
+	for _, ka := range l.live {
+		if !ka.given {
+			next = min(next, ka.expires)
+		}
+	}
+	if l.jeopardy {
+		next = min(next, l.graceEnd)
+	} else {
 		next = min(next, l.leaseEnd)
 		if !l.probing {
 			next = min(next, l.leaseEnd.Add(-l.probeLead()))
 		}
-	case StateJeopardy:
-		next = min(next, l.graceEnd)
 	}
 	return next
 }
 
 // start sends one KeepAlive on its own goroutine.
-func (l *loop) start() {
+func (l *loop) start(now monotime.Time) {
 	l.nextID++
 	id := l.nextID
-	// The master answers a KeepAlive before the lease it renews ends, so a
-	// KeepAlive outstanding longer than that is lost.
-	ctx, cancel := context.WithTimeout(context.Background(), l.grant)
-	l.live[id] = cancel
+	ctx, cancel := context.WithCancel(context.Background())
+	l.live[id] = liveKA{cancel: cancel, expires: now.Add(l.grant)}
 	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack}
-	results, stop := l.results, l.s.stop
+	results, stop, clock := l.results, l.s.stop, l.clock
 	go func() {
 		defer cancel()
-		sent := monotime.Now()
+		sent := clock.Now()
 		var resp api.KeepAliveResponse
 		_, err := l.s.c.rpcOnce(ctx, api.MethodKeepAlive, req, &resp)
 		select {
@@ -647,7 +817,8 @@ func (l *loop) start() {
 	}()
 }
 
-// prove extends the local lease to at least from+d.
+// prove extends the local lease to at least from+d (shortened by the drift
+// bound); a session in jeopardy whose lease now runs again is safe.
 func (l *loop) prove(from monotime.Time, d time.Duration) {
 	if end := from.Add(l.s.shorten(d)); end.After(l.leaseEnd) {
 		l.leaseEnd = end
@@ -655,6 +826,32 @@ func (l *loop) prove(from monotime.Time, d time.Duration) {
 	l.probing = false
 	l.failures = 0
 	l.retryAt = 0
+	if l.s.extendLease(l.leaseEnd) {
+		l.jeopardy = false
+		l.s.c.log.Info("client: session safe", "session", l.s.id)
+	}
+}
+
+// extendLease moves the local lease end forward to end; if the session was
+// in jeopardy and the lease now runs, it is safe again, and extendLease
+// reports true. Locks lost in jeopardy stay lost.
+func (s *Session) extendLease(end monotime.Time) bool {
+	s.mu.Lock()
+	if end.After(s.mu.leaseEnd) {
+		s.mu.leaseEnd = end
+	}
+	again := s.mu.state == StateJeopardy && s.clock.Now().Before(s.mu.leaseEnd)
+	if again {
+		s.mu.state = StateSafe
+		s.changedLocked()
+		s.cache.enable()
+		s.emit(Event{Kind: EventSafe})
+	}
+	s.mu.Unlock()
+	if again {
+		s.wakeWatchers("")
+	}
+	return again
 }
 
 func (l *loop) handle(r kaResult) {
@@ -668,7 +865,7 @@ func (l *loop) handle(r kaResult) {
 		l.grant = min(l.grant, time.Duration(r.resp.LeaseTimeout))
 		l.prove(r.sent, time.Duration(r.resp.Held+r.resp.LeaseTimeout))
 		if l.events(r.resp) {
-			l.start() // acknowledge at once
+			l.start(l.clock.Now()) // acknowledge at once
 		}
 	case errors.As(r.err, &ae) && ae.Code == api.Aborted:
 		// Superseded: it was parked, so the master renewed the lease when
@@ -678,7 +875,6 @@ func (l *loop) handle(r kaResult) {
 		// Unauthenticated: the session's token was revoked; the master
 		// expires the session, and no call of it can succeed again.
 		l.s.finish(StateExpired, fmt.Errorf("%w: %w", ErrSessionExpired, r.err))
-		return
 	case errors.As(r.err, &ae) && ae.Code == api.ResourceExhausted:
 		// Over the tenant's KeepAlive budget: retry when the master says
 		// (the lease still runs; jeopardy comes if it runs out first).
@@ -687,7 +883,7 @@ func (l *loop) handle(r kaResult) {
 			l.probing = false
 		}
 		l.backoff()
-		if ra := monotime.Now().Add(time.Duration(ae.RetryAfter)); ae.RetryAfter > 0 && ra.After(l.retryAt) {
+		if ra := l.clock.Now().Add(time.Duration(ae.RetryAfter)); ae.RetryAfter > 0 && ra.After(l.retryAt) {
 			l.retryAt = ra
 		}
 	case errors.As(r.err, &ae) && ae.Code == api.InvalidArgument:
@@ -696,7 +892,6 @@ func (l *loop) handle(r kaResult) {
 		l.ack = 0
 		l.backoff()
 	case errors.Is(r.err, ErrClosed):
-		return
 	default:
 		// NotMaster (already redirected), a lost connection, a timeout.
 		l.s.c.log.Debug("client: KeepAlive failed", "session", l.s.id, "err", r.err)
@@ -705,14 +900,11 @@ func (l *loop) handle(r kaResult) {
 		}
 		l.backoff()
 	}
-	if l.state == StateJeopardy && monotime.Now().Before(l.leaseEnd) {
-		l.enterSafe()
-	}
 }
 
 func (l *loop) backoff() {
 	l.failures++
-	l.retryAt = monotime.Now().Add(l.s.c.backoff(l.failures))
+	l.retryAt = l.clock.Now().Add(l.s.c.backoff(l.failures))
 }
 
 // events processes a reply's events in order and reports whether any was
@@ -740,54 +932,22 @@ func (l *loop) events(resp api.KeepAliveResponse) bool {
 	return news
 }
 
-func (l *loop) enterJeopardy(now monotime.Time) {
-	l.state = StateJeopardy
+// enterJeopardy starts the search for a master after the session lapsed
+// (by the loop's timer or at anyone's look): grace runs from the lease end.
+func (l *loop) enterJeopardy() {
+	l.jeopardy = true
 	l.graceEnd = l.leaseEnd.Add(l.s.cfg.GracePeriod)
 	// Whatever is outstanding may sit on a dead connection: abandon it and
 	// look for a master afresh.
-	for id, cancel := range l.live {
-		cancel()
+	for id, ka := range l.live {
+		ka.cancel()
 		delete(l.live, id)
 	}
 	l.probing = false
 	l.failures = 0
 	l.retryAt = 0
 	l.s.c.dropAll("")
-	l.s.setState(StateJeopardy, ErrJeopardy)
 	l.s.c.log.Info("client: session in jeopardy", "session", l.s.id, "grace", l.s.cfg.GracePeriod)
-}
-
-func (l *loop) enterSafe() {
-	l.state = StateSafe
-	l.s.setState(StateSafe, nil)
-	l.s.c.log.Info("client: session safe", "session", l.s.id)
-}
-
-// setState records a jeopardy or safe transition and tells everyone.
-func (s *Session) setState(st State, cause error) {
-	s.mu.Lock()
-	if s.mu.state == StateExpired || s.mu.state == StateClosed {
-		s.mu.Unlock()
-		return
-	}
-	s.mu.state = st
-	var locks []*Lock
-	if st == StateJeopardy {
-		locks = s.takeLocksLocked()
-	}
-	s.changedLocked()
-	s.mu.Unlock()
-	for _, l := range locks {
-		l.lost(cause)
-	}
-	if st == StateJeopardy {
-		s.cache.disable()
-		s.emit(Event{Kind: EventJeopardy})
-	} else {
-		s.cache.enable()
-		s.emit(Event{Kind: EventSafe})
-		s.wakeWatchers("")
-	}
 }
 
 func (s *Session) setEpoch(e uint64) {
@@ -817,6 +977,7 @@ func (s *Session) nodeEvent(ev api.Event) {
 			if l.h.h.Path == ev.Path && (ev.Instance == 0 || l.h.h.Instance == ev.Instance) {
 				lost = append(lost, l)
 				delete(s.mu.locks, l)
+				l.gone = ErrHandleInvalid
 			}
 		}
 		s.mu.Unlock()

@@ -1,0 +1,241 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/monotime"
+	"github.com/lockcell/lockcell/sequencer"
+	"github.com/lockcell/lockcell/transport"
+)
+
+// fakeMaster stands in for a cell's master in the client's unit tests of
+// lease timing, over real QUIC on loopback. It answers CellStatus, Open,
+// Acquire, Release and CloseSession at once; it hands every KeepAlive (and,
+// if asked, CreateSession) to the test, which decides when and what it
+// answers, while the client's clock is a pauseClock the test moves. So the
+// instants at which the client sends and receives are exactly known.
+type fakeMaster struct {
+	addr  string
+	ca    *certs.CA
+	lease time.Duration
+	// kas receives every KeepAlive as it arrives; creates every
+	// CreateSession if parkCreate.
+	kas        chan *pending
+	creates    chan *pending
+	parkCreate bool
+	gen        atomic.Uint64
+	// refused counts the calls it does not serve (they would reach a real
+	// cell).
+	refused atomic.Int64
+
+	// Test goroutine only.
+	stash []*pending
+	seq   uint64
+}
+
+// pending is a parked request; send its reply on reply.
+type pending struct {
+	ka    api.KeepAliveRequest
+	reply chan any // a response value, or *api.Error
+}
+
+func startFakeMaster(t *testing.T, lease time.Duration, parkCreate bool) *fakeMaster {
+	t.Helper()
+	ca, err := certs.NewCA("fake", certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.IssueReplica(1, certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The address is known before the handler can run.
+	m := &fakeMaster{addr: pc.LocalAddr().String(), ca: ca, lease: lease,
+		kas: make(chan *pending), creates: make(chan *pending), parkCreate: parkCreate}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ep, err := transport.Listen(ctx, transport.Config{ID: 1, PacketConn: pc, CA: ca.Pool(), Certificate: cert,
+		ClientHandler: m.serve, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	return m
+}
+
+func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
+	f, err := s.ReadFrame(ctx)
+	if err != nil {
+		return
+	}
+	park := func(p *pending, ch chan *pending) any {
+		select {
+		case ch <- p:
+		case <-ctx.Done():
+			return nil
+		}
+		select {
+		case r := <-p.reply:
+			return r
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	var resp any
+	switch api.Method(f.Tag) {
+	case api.MethodCellStatus:
+		resp = &api.CellStatusResponse{Cell: "fake", Replica: 1, Master: 1, Epoch: 1,
+			Replicas: []api.ReplicaStatus{{ID: 1, Addr: m.addr, Master: true}}}
+	case api.MethodCreateSession:
+		resp = &api.CreateSessionResponse{Session: 7, Epoch: 1, LeaseTimeout: int64(m.lease), Principal: "p", Tenant: "t"}
+		if m.parkCreate {
+			p := &pending{reply: make(chan any, 1)}
+			if park(p, m.creates) == nil {
+				return
+			}
+		}
+	case api.MethodKeepAlive:
+		p := &pending{reply: make(chan any, 1)}
+		if err := f.Decode(&p.ka); err != nil {
+			return
+		}
+		if resp = park(p, m.kas); resp == nil {
+			return
+		}
+	case api.MethodOpen:
+		var req api.OpenRequest
+		if err := f.Decode(&req); err != nil {
+			return
+		}
+		resp = &api.OpenResponse{Handle: api.Handle{Session: 7, Path: req.Path, Instance: 1}}
+	case api.MethodAcquire:
+		var req api.AcquireRequest
+		if err := f.Decode(&req); err != nil {
+			return
+		}
+		gen := m.gen.Add(1)
+		b, err := sequencer.Sequencer{Cell: "fake", Tenant: "t", Path: req.Handle.Path, Mode: sequencer.Exclusive,
+			Generation: gen, Instance: 1}.Marshal()
+		if err != nil {
+			resp = &api.Error{Code: api.Internal, Msg: err.Error()}
+			break
+		}
+		resp = &api.SequencerResponse{Sequencer: b, Generation: gen, Mode: api.LockExclusive}
+	case api.MethodRelease, api.MethodCloseSession:
+		resp = &api.Empty{}
+	default:
+		m.refused.Add(1)
+		resp = &api.Error{Code: api.InvalidArgument, Msg: "fake master: " + api.Method(f.Tag).String() + " not served"}
+	}
+	if e, ok := resp.(*api.Error); ok {
+		_ = s.WriteFrame(ctx, api.ReplyError, e)
+		return
+	}
+	_ = s.WriteFrame(ctx, api.ReplyOK, resp)
+}
+
+// config returns a client config for the fake master with the given drift
+// bound, keeping the sessions' time on clk.
+func (m *fakeMaster) config(t *testing.T, drift float64, clk monotime.Clock) client.Config {
+	t.Helper()
+	cert, err := m.ca.IssueClient(certs.ClientID{Tenant: "t", Principal: "p"}, certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.WithClock(client.Config{
+		Addrs: []string{m.addr}, CA: m.ca.Pool(), Certificate: &cert,
+		Drift: drift, GracePeriod: time.Minute, Logger: quietLogger(),
+	}, clk)
+}
+
+// nextKA returns the next KeepAlive the client sent (one stashed by
+// ackedKA first).
+func (m *fakeMaster) nextKA(t *testing.T, ctx context.Context) *pending {
+	t.Helper()
+	if len(m.stash) > 0 {
+		p := m.stash[0]
+		m.stash = m.stash[1:]
+		return p
+	}
+	select {
+	case p := <-m.kas:
+		return p
+	case <-ctx.Done():
+		t.Fatal("the client sent no KeepAlive")
+		return nil
+	}
+}
+
+// answer replies to p with a lease of leaseTimeout held for held, and an
+// event the client acknowledges at once; it returns when the client's
+// acknowledging KeepAlive arrived, which proves the client has processed
+// the reply, and stashes that KeepAlive for nextKA.
+func (m *fakeMaster) answer(t *testing.T, ctx context.Context, p *pending, held, leaseTimeout time.Duration) {
+	t.Helper()
+	m.seq++
+	p.reply <- &api.KeepAliveResponse{LeaseTimeout: int64(leaseTimeout), Held: int64(held), Epoch: 1,
+		Events: []api.Event{{Kind: api.EventChildAdded, Seq: m.seq, Path: "/t", Child: fmt.Sprint("sync", m.seq)}}}
+	var others []*pending
+	for {
+		select {
+		case q := <-m.kas:
+			if q.ka.Ack >= m.seq {
+				m.stash = append(m.stash, others...)
+				m.stash = append(m.stash, q)
+				return
+			}
+			others = append(others, q)
+		case <-ctx.Done():
+			t.Fatal("the client never acknowledged the reply")
+		}
+	}
+}
+
+// pauseClock is a manual clock whose time can also jump without firing any
+// timer: what a process sees at the first instant after it was paused,
+// before any of its goroutines has run.
+type pauseClock struct {
+	*monotime.Manual
+	mu   sync.Mutex
+	skew time.Duration
+}
+
+func newPauseClock() *pauseClock { return &pauseClock{Manual: monotime.NewManual(1_000_000_000)} }
+
+// Now returns the manual time plus every jump so far.
+func (c *pauseClock) Now() monotime.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Manual.Now().Add(c.skew)
+}
+
+// Jump moves the time forward by d and fires nothing.
+func (c *pauseClock) Jump(d time.Duration) {
+	c.mu.Lock()
+	c.skew += d
+	c.mu.Unlock()
+}
+
+// JumpTo moves the time forward to t (which must not be in the past) and
+// fires nothing.
+func (c *pauseClock) JumpTo(t *testing.T, to monotime.Time) {
+	t.Helper()
+	d := to.Sub(c.Now())
+	if d < 0 {
+		t.Fatalf("JumpTo %d: already at %d", to, c.Now())
+	}
+	c.Jump(d)
+}
