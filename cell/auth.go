@@ -13,7 +13,7 @@ import (
 	"github.com/lockcell/lockcell/transport"
 )
 
-// Authentication (issue 7).
+// Authentication.
 //
 // A caller proves its principal in one of two ways:
 //

@@ -68,7 +68,7 @@
 // # Tenancy
 //
 // One cell serves many tenants, and none may see, touch, slow down or
-// starve another (issue 7). Every call is authenticated (auth.go: a client
+// starve another. Every call is authenticated (auth.go: a client
 // certificate, or a tenant token stored only as a hash in the replicated
 // state and revocable), then rate-limited per tenant, then authorized by
 // the namespace's ACL rules — also on the secondary paths: event

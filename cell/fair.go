@@ -11,7 +11,7 @@ import (
 )
 
 // scheduler is the fair share of the master's proposal pipeline between
-// tenants (issue 7). Tenant principals' commands do not go straight into the
+// tenants. Tenant principals' commands do not go straight into the
 // run loop's proposal channel: each tenant has a bounded FIFO queue, and one
 // dispatcher goroutine moves commands from the queues into the channel in
 // weighted round-robin order (a deficit round-robin with unit cost: a

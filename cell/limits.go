@@ -10,7 +10,7 @@ import (
 	"github.com/lockcell/lockcell/internal/monotime"
 )
 
-// Master-side limits per tenant (issue 7). The quotas that bound state
+// Master-side limits per tenant. The quotas that bound state
 // (nodes, bytes, sessions, held locks, contents size) are enforced where the
 // state changes, in namespace's apply, so they hold across fail-over. The
 // limits here bound what lives only in the master's memory or time: the

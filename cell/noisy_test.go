@@ -278,7 +278,7 @@ func TestNoisyNeighbour(t *testing.T) {
 // Release of an uncontended lock, one call at a time) on a quiet cell and
 // while alpha floods it, with the fair scheduler ("fair", the defaults)
 // and with it effectively off ("fifo": window and queues so large that
-// every command goes straight into the run loop's FIFO, as before issue 7).
+// every command goes straight into the run loop's FIFO, as with no fair scheduler).
 // Each iteration starts a cell and makes 200 lock cycles per phase; run
 // with -benchtime=1x (or a few x for a steadier figure).
 func BenchmarkNoisyNeighbour(b *testing.B) {

@@ -49,7 +49,7 @@ type quotaFixture struct {
 	waiting                                          chan error
 }
 
-// TestQuotas fills every quota of issue 7 — nodes, bytes, sessions, held
+// TestQuotas fills every per-tenant quota — nodes, bytes, sessions, held
 // locks, waiters, contents size, operations per second, KeepAlive budget —
 // checks that the next use fails with ResourceExhausted naming the quota
 // and its limit, and checks again after the master is killed: the quotas

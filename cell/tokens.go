@@ -7,7 +7,7 @@ import (
 	"github.com/lockcell/lockcell/namespace"
 )
 
-// Token administration (issue 7; see auth.go for how tokens authenticate).
+// Token administration (see auth.go for how tokens authenticate).
 
 // tokenRecord returns the stored record of token id.
 func (r *Replica) tokenRecord(id string) (namespace.TokenRecord, bool, error) {

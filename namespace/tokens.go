@@ -7,7 +7,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 )
 
-// Tenant tokens (issue 7).
+// Tenant tokens.
 //
 // A tenant token authenticates a principal of a tenant like a client
 // certificate does. The cell generates the token and keeps here only what
