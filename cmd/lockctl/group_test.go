@@ -20,34 +20,8 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
-	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
 )
-
-// buildLockctl builds the lockctl binary into a temporary directory.
-func buildLockctl(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "lockctl")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startTestCell starts a 3-replica in-process cell with tenant "t" and a 2 s
-// session lease, and returns it with the environment that points lockctl
-// at it.
-func startTestCell(t *testing.T, ctx context.Context) (*cell.LocalCell, []string) {
-	t.Helper()
-	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: t.TempDir(), Replicas: 3, Cell: "test", DevTenant: "t",
-		Tune:   func(c *cell.Config) { c.SessionLease = 2 * time.Second },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lc.Close)
-	return lc, append(os.Environ(), "LOCKCELL_CONFIG="+lc.ClientFilePath())
-}
 
 // treeScript is lock's command in TestLockStopsProcessGroup: a tree three
 // deep (sh → sh → sleep) whose inner part ignores SIGTERM, with a stopped
