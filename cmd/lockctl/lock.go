@@ -170,7 +170,9 @@ func cmdElect(e *env, args []string) int {
 	fs := e.flags("elect", "[flags] PATH VALUE | --observe PATH", `Campaigns for leadership of the election at PATH with VALUE; once
 elected, prints "elected" and holds leadership until interrupted (exit 0,
 resigning) or until leadership may be lost (exit 75). With --observe,
-prints each new leader's value as it is elected, until interrupted.`)
+prints each new leader's value as it is elected, and "no leader" when
+leadership is vacant (the leader resigned or its session ended), until
+interrupted.`)
 	observe := fs.Bool("observe", false, "print each leader instead of campaigning")
 	count := fs.Int("count", 0, "with --observe, exit after this many leaders (0: never)")
 	if code, stop := e.parse(fs, args); stop {
@@ -190,18 +192,7 @@ prints each new leader's value as it is elected, until interrupted.`)
 	defer closeAll()
 	el := client.NewElection(s, path)
 	if *observe {
-		n := 0
-		for ld := range el.Observe(e.ctx) {
-			fmt.Fprintf(e.stdout, "leader: %s (generation %d)\n", ld.Value, ld.Sequencer.Generation)
-			n++
-			if *count > 0 && n >= *count {
-				return exitOK
-			}
-		}
-		if err := s.Err(); err != nil {
-			return e.fail("elect", err)
-		}
-		return exitOK
+		return observeElection(e, s, el, path, *count)
 	}
 	l, err := el.Campaign(e.ctx, []byte(fs.Arg(1)))
 	if err != nil {
@@ -223,5 +214,49 @@ prints each new leader's value as it is elected, until interrupted.`)
 		}
 		fmt.Fprintln(e.stdout, "resigned")
 		return exitOK
+	}
+}
+
+// vacancyPoll is how often elect --observe looks whether the leader is
+// still there: no event tells of a lock that is freed.
+const vacancyPoll = 500 * time.Millisecond
+
+// observeElection prints each new leader as the election reports it, and
+// a line when leadership is vacant, until e.ctx ends or count leaders were
+// printed.
+func observeElection(e *env, s *client.Session, el *client.Election, path string, count int) int {
+	leaders := el.Observe(e.ctx)
+	tick := time.NewTicker(vacancyPoll)
+	defer tick.Stop()
+	n := 0
+	// vacant: "no leader" was printed since the last leader.
+	vacant := false
+	for {
+		select {
+		case ld, ok := <-leaders:
+			if !ok {
+				if err := s.Err(); err != nil {
+					return e.fail("elect", err)
+				}
+				return exitOK
+			}
+			fmt.Fprintf(e.stdout, "leader: %s (generation %d)\n", ld.Value, ld.Sequencer.Generation)
+			vacant = false
+			n++
+			if count > 0 && n >= count {
+				return exitOK
+			}
+		case <-tick.C:
+			if vacant {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(e.ctx, 5*vacancyPoll)
+			_, err := el.Leader(ctx)
+			cancel()
+			if errors.Is(err, client.ErrNoLeader) {
+				fmt.Fprintf(e.stdout, "no leader: leadership of %s is vacant\n", path)
+				vacant = true
+			}
+		}
 	}
 }

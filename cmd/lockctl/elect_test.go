@@ -1,0 +1,102 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/client"
+)
+
+// TestElectObserveVacancy kills an elected `lockctl elect` and checks that
+// `lockctl elect --observe` prints the leader, then that leadership is
+// vacant, then the next leader, in that order.
+func TestElectObserveVacancy(t *testing.T) {
+	bin := buildLockctl(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	lc, env := startTestCell(t, ctx)
+
+	// The election's node, with a short lock-delay so that the next leader
+	// need not wait 10 s.
+	cert, err := lc.ClientCertificate("t", "setup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, client.Config{Addrs: lc.Addrs(), CA: lc.CA.Pool(), Certificate: &cert, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(ctx, "/t/v", client.OpenOptions{Create: true, LockDelay: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+
+	start := func(args ...string) (*exec.Cmd, <-chan string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = env
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		lines := make(chan string, 16)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		return cmd, lines
+	}
+	// next returns the next line that is not skip, failing if ctx ends.
+	next := func(lines <-chan string, skip string) string {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatal("the command ended")
+				}
+				if skip != "" && strings.HasPrefix(l, skip) {
+					continue
+				}
+				return l
+			case <-ctx.Done():
+				t.Fatal("no line before the test's deadline")
+			}
+		}
+	}
+
+	one, oneOut := start("elect", "/t/v", "one")
+	if l := next(oneOut, ""); !strings.HasPrefix(l, "elected: one") {
+		t.Fatalf("elect one printed %q", l)
+	}
+	_, obs := start("elect", "--observe", "/t/v")
+	if l := next(obs, "no leader"); !strings.HasPrefix(l, "leader: one") {
+		t.Fatalf("observer printed %q; want leader: one", l)
+	}
+	// The leader dies: its session ends when its lease runs out.
+	_ = one.Process.Kill()
+	if l := next(obs, ""); !strings.HasPrefix(l, "no leader") {
+		t.Fatalf("observer printed %q after the leader died; want no leader", l)
+	}
+	_, twoOut := start("elect", "/t/v", "two")
+	if l := next(twoOut, ""); !strings.HasPrefix(l, "elected: two") {
+		t.Fatalf("elect two printed %q", l)
+	}
+	if l := next(obs, ""); !strings.HasPrefix(l, "leader: two") {
+		t.Fatalf("observer printed %q; want leader: two", l)
+	}
+}
