@@ -91,3 +91,12 @@ func classify(err error) (retry, noEffect bool) {
 func outcomeUnknown(m api.Method, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrOutcomeUnknown, m, err)
 }
+
+// lockedError is ErrLocked with the cell's reason. It reads as the cell's
+// error alone ("lockcell: locked: ..." rather than "client: locked:
+// lockcell: locked: ...") and matches both ErrLocked and the cell's error.
+type lockedError struct{ cell error }
+
+func (e *lockedError) Error() string        { return e.cell.Error() }
+func (e *lockedError) Unwrap() error        { return e.cell }
+func (e *lockedError) Is(target error) bool { return target == ErrLocked }

@@ -183,7 +183,7 @@ func (h *Handle) acquire(ctx context.Context, mode api.LockMode, wait bool) (*Lo
 			go h.cleanupAfterCancel()
 		}
 		if errors.Is(err, api.ErrLocked) || errors.Is(err, api.ErrLockDelay) {
-			return nil, fmt.Errorf("acquire %s: %w: %w", h.h.Path, ErrLocked, err)
+			return nil, fmt.Errorf("acquire %s: %w", h.h.Path, &lockedError{cell: err})
 		}
 		return nil, fmt.Errorf("acquire %s: %w", h.h.Path, err)
 	}

@@ -104,6 +104,9 @@ func (s *stream) StreamID() int64 { return int64(s.qs.StreamID()) }
 // streamErr maps quic-go stream and connection errors onto ours, keeping
 // the original wrapped.
 func streamErr(err error) error {
+	if errors.Is(err, ErrConnClosed) || errors.Is(err, ErrStreamCanceled) || errors.Is(err, ErrFrameRejected) {
+		return err // classified already; wrapping again repeats the prefix
+	}
 	var se *quic.StreamError
 	if errors.As(err, &se) {
 		if se.Remote && se.ErrorCode == StreamCodeBadFrame {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -144,16 +145,34 @@ func cmdStatus(e *env, args []string) int {
 
 func quotaFlags(fs *flag.FlagSet) *api.TenantQuota {
 	q := &api.TenantQuota{}
-	fs.Uint64Var(&q.MaxNodes, "max-nodes", 0, "most nodes below the tenant root (0: unlimited)")
-	fs.Uint64Var(&q.MaxBytes, "max-bytes", 0, "most contents bytes (0: unlimited)")
-	fs.Uint64Var(&q.MaxSessions, "max-sessions", 0, "most open sessions (0: unlimited)")
-	fs.Uint64Var(&q.MaxLocks, "max-locks", 0, "most lock grants held (0: unlimited)")
-	fs.Uint64Var(&q.MaxWaiters, "max-waiters", 0, "most blocked Acquire calls at the master (0: unlimited)")
-	fs.Uint64Var(&q.MaxContents, "max-contents", 0, "largest file contents in bytes (0: the cell's limit)")
-	fs.Uint64Var(&q.OpsPerSecond, "ops-per-second", 0, "rate limit of calls at the master (0: unlimited)")
-	fs.Uint64Var(&q.KeepAlivesPerSecond, "keepalives-per-second", 0, "KeepAlive budget at the master (0: unlimited)")
-	fs.Uint64Var(&q.Weight, "weight", 0, "fair-share weight under overload (0: 1)")
+	bindQuota(fs, q)
 	return q
+}
+
+// mergeQuota returns cur with the quota flags set on fs applied.
+func mergeQuota(fs *flag.FlagSet, cur api.TenantQuota) api.TenantQuota {
+	into := flag.NewFlagSet("", flag.ContinueOnError)
+	bindQuota(into, &cur)
+	fs.Visit(func(f *flag.Flag) {
+		if into.Lookup(f.Name) != nil {
+			_ = into.Set(f.Name, f.Value.String())
+		}
+	})
+	return cur
+}
+
+// bindQuota defines the quota flags on fs, bound to q's fields and with
+// their present values as defaults.
+func bindQuota(fs *flag.FlagSet, q *api.TenantQuota) {
+	fs.Uint64Var(&q.MaxNodes, "max-nodes", q.MaxNodes, "most nodes below the tenant root (0: unlimited)")
+	fs.Uint64Var(&q.MaxBytes, "max-bytes", q.MaxBytes, "most contents bytes (0: unlimited)")
+	fs.Uint64Var(&q.MaxSessions, "max-sessions", q.MaxSessions, "most open sessions (0: unlimited)")
+	fs.Uint64Var(&q.MaxLocks, "max-locks", q.MaxLocks, "most lock grants held (0: unlimited)")
+	fs.Uint64Var(&q.MaxWaiters, "max-waiters", q.MaxWaiters, "most blocked Acquire calls at the master (0: unlimited)")
+	fs.Uint64Var(&q.MaxContents, "max-contents", q.MaxContents, "largest file contents in bytes (0: the cell's limit)")
+	fs.Uint64Var(&q.OpsPerSecond, "ops-per-second", q.OpsPerSecond, "rate limit of calls at the master (0: unlimited)")
+	fs.Uint64Var(&q.KeepAlivesPerSecond, "keepalives-per-second", q.KeepAlivesPerSecond, "KeepAlive budget at the master (0: unlimited)")
+	fs.Uint64Var(&q.Weight, "weight", q.Weight, "fair-share weight under overload (0: 1)")
 }
 
 func cmdTenant(e *env, args []string) int {
@@ -171,7 +190,8 @@ func cmdTenant(e *env, args []string) int {
        lockctl tenant revoke TENANT TOKEN-ID
 
 Manages tenants and their tokens with the administrator's certificate from
-the config file. update replaces the whole quota (flags not given become 0).
+the config file. update changes only the quotas given; the others keep
+their values.
 Quota flags (0: unlimited): --max-nodes, --max-bytes, --max-sessions,
 --max-locks, --max-waiters, --max-contents, --ops-per-second,
 --keepalives-per-second, --weight (fair share; 0 means 1).
@@ -216,8 +236,18 @@ every call with it fails from then on and its sessions are expired.
 		t, err = c.CreateTenant(ctx, fs.Arg(0), *q, api.ACLNames{})
 		ts = []api.TenantInfo{t}
 	case "update":
+		// Quotas not given keep their values.
+		var all []api.TenantInfo
+		if all, err = c.ListTenants(ctx); err != nil {
+			break
+		}
+		i := slices.IndexFunc(all, func(t api.TenantInfo) bool { return t.Name == fs.Arg(0) })
+		if i < 0 {
+			err = fmt.Errorf("tenant %q: %w", fs.Arg(0), api.ErrNotFound)
+			break
+		}
 		var t api.TenantInfo
-		t, err = c.UpdateTenant(ctx, fs.Arg(0), *q)
+		t, err = c.UpdateTenant(ctx, fs.Arg(0), mergeQuota(fs, all[i].Quota))
 		ts = []api.TenantInfo{t}
 	case "list":
 		ts, err = c.ListTenants(ctx)

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -25,23 +28,50 @@ func (e *env) withSession(name string, fn func(s *client.Session) error) int {
 	return exitOK
 }
 
+// resolve turns a path as the user typed it into the cell's form: a
+// relative path is taken below the session's tenant root ("dir/x" is
+// "/<tenant>/dir/x"), and trailing slashes are dropped ("/t/dir/" is
+// "/t/dir").
+func resolve(s *client.Session, p string) string {
+	if p != "" && !strings.HasPrefix(p, "/") && s.Tenant() != "" {
+		p = "/" + s.Tenant() + "/" + p
+	}
+	for len(p) > 1 && strings.HasSuffix(p, "/") {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// errIsDir: get on a directory.
+var errIsDir = errors.New("is a directory")
+
 func cmdGet(e *env, args []string) int {
-	fs := e.flags("get", "PATH", "Prints the contents of the file at PATH.")
+	fs := e.flags("get", "PATH", "Prints the contents of the file at PATH (a relative PATH is below your tenant's root).")
 	if code, stop := e.parse(fs, args, 1, 1); stop {
 		return code
 	}
 	return e.withSession("get", func(s *client.Session) error {
 		ctx, cancel := e.bounded()
 		defer cancel()
-		h, err := s.Open(ctx, fs.Arg(0), client.OpenOptions{})
+		path := resolve(s, fs.Arg(0))
+		h, err := s.Open(ctx, path, client.OpenOptions{})
 		if err != nil {
 			return err
 		}
-		b, _, err := h.GetContents(ctx)
+		b, st, err := h.GetContents(ctx)
 		if err != nil {
 			return err
 		}
-		_, err = e.stdout.Write(b)
+		if st.IsDir {
+			return fmt.Errorf("%s %w (list it with 'lockctl ls %s')", path, errIsDir, path)
+		}
+		if _, err = e.stdout.Write(b); err != nil {
+			return err
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' && isTerminal(e.stdout) {
+			// Leave the shell's prompt on a line of its own.
+			_, err = io.WriteString(e.stdout, "\n")
+		}
 		return err
 	})
 }
@@ -63,7 +93,7 @@ func cmdPut(e *env, args []string) int {
 	return e.withSession("put", func(s *client.Session) error {
 		ctx, cancel := e.bounded()
 		defer cancel()
-		h, resp, err := s.OpenStat(ctx, fs.Arg(0), client.OpenOptions{Create: true, Ephemeral: *ephemeral, Contents: data})
+		h, resp, err := s.OpenStat(ctx, resolve(s, fs.Arg(0)), client.OpenOptions{Create: true, Ephemeral: *ephemeral, Contents: data})
 		if err != nil {
 			return err
 		}
@@ -83,21 +113,25 @@ func cmdMkdir(e *env, args []string) int {
 	return e.withSession("mkdir", func(s *client.Session) error {
 		ctx, cancel := e.bounded()
 		defer cancel()
-		_, err := s.Open(ctx, fs.Arg(0), client.OpenOptions{MustCreate: true, Dir: true})
+		_, err := s.Open(ctx, resolve(s, fs.Arg(0)), client.OpenOptions{MustCreate: true, Dir: true})
 		return err
 	})
 }
 
 func cmdLs(e *env, args []string) int {
-	fs := e.flags("ls", "PATH", "Lists the directory PATH: one child per line, directories with a trailing /.")
+	fs := e.flags("ls", "PATH", "Lists the directory PATH: one child per line, directories with a trailing /.\nA relative PATH is below your tenant's root; / lists the tenant roots you can see.")
 	long := fs.Bool("l", false, "long listing: size, lock mode and generations")
 	if code, stop := e.parse(fs, args, 1, 1); stop {
 		return code
 	}
+	if strings.Trim(fs.Arg(0), "/") == "" && fs.Arg(0) != "" {
+		return lsRoot(e)
+	}
 	return e.withSession("ls", func(s *client.Session) error {
 		ctx, cancel := e.bounded()
 		defer cancel()
-		h, err := s.Open(ctx, fs.Arg(0), client.OpenOptions{})
+		path := resolve(s, fs.Arg(0))
+		h, err := s.Open(ctx, path, client.OpenOptions{})
 		if err != nil {
 			return err
 		}
@@ -129,7 +163,7 @@ func cmdStat(e *env, args []string) int {
 	return e.withSession("stat", func(s *client.Session) error {
 		ctx, cancel := e.bounded()
 		defer cancel()
-		h, err := s.Open(ctx, fs.Arg(0), client.OpenOptions{})
+		h, err := s.Open(ctx, resolve(s, fs.Arg(0)), client.OpenOptions{})
 		if err != nil {
 			return err
 		}
@@ -137,7 +171,7 @@ func cmdStat(e *env, args []string) int {
 		if err != nil {
 			return err
 		}
-		printStat(e.stdout, fs.Arg(0), st)
+		printStat(e.stdout, resolve(s, fs.Arg(0)), st)
 		return nil
 	})
 }
@@ -175,10 +209,35 @@ func cmdRm(e *env, args []string) int {
 	return e.withSession("rm", func(s *client.Session) error {
 		ctx, cancel := e.bounded()
 		defer cancel()
-		h, err := s.Open(ctx, fs.Arg(0), client.OpenOptions{})
+		h, err := s.Open(ctx, resolve(s, fs.Arg(0)), client.OpenOptions{})
 		if err != nil {
 			return err
 		}
 		return h.Delete(ctx)
 	})
+}
+
+// lsRoot lists "/": the tenant roots the caller can see - every tenant for
+// the cell administrator, else the caller's own.
+func lsRoot(e *env) int {
+	ctx, cancel := e.bounded()
+	defer cancel()
+	c, _, err := e.dial(ctx, false)
+	if err != nil {
+		return e.fail("ls", err)
+	}
+	defer c.Close()
+	ts, err := c.ListTenants(ctx)
+	if err != nil {
+		return e.fail("ls", err)
+	}
+	names := make([]string, 0, len(ts))
+	for _, t := range ts {
+		names = append(names, t.Name)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(e.stdout, "%s/\n", n)
+	}
+	return exitOK
 }

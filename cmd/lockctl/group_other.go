@@ -38,3 +38,6 @@ func (g *procGroup) Stop(grace time.Duration) (waitErr, err error) {
 	<-g.exited
 	return g.waitErr, nil
 }
+
+// isTerminal reports false: lockctl does not look for terminals here.
+func isTerminal(w any) bool { return false }

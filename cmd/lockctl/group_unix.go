@@ -172,3 +172,14 @@ func (g *procGroup) restoreTTY() {
 	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, uintptr(g.tty), uintptr(syscall.TIOCSPGRP), uintptr(unsafe.Pointer(&pgrp)))
 	g.tty = -1
 }
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	var ws [4]uint16
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), uintptr(syscall.TIOCGWINSZ), uintptr(unsafe.Pointer(&ws)))
+	return errno == 0
+}

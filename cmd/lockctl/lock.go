@@ -82,6 +82,7 @@ exits 4 at once if the lock is held.`)
 		return e.fail("lock", err)
 	}
 	defer closeAll()
+	path = resolve(s, path)
 	actx, cancel := context.WithCancel(e.ctx)
 	if *wait > 0 {
 		actx, cancel = context.WithTimeout(e.ctx, *wait)
@@ -182,7 +183,6 @@ interrupted.`)
 		fmt.Fprintln(e.stderr, "lockctl elect: want PATH VALUE, or --observe PATH (see 'lockctl elect --help')")
 		return exitUsage
 	}
-	path := fs.Arg(0)
 	dctx, cancel := e.bounded()
 	s, closeAll, err := e.session(dctx)
 	cancel()
@@ -190,6 +190,7 @@ interrupted.`)
 		return e.fail("elect", err)
 	}
 	defer closeAll()
+	path := resolve(s, fs.Arg(0))
 	el := client.NewElection(s, path)
 	if *observe {
 		return observeElection(e, s, el, path, *count)

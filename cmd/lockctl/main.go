@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -50,6 +51,8 @@ type env struct {
 	token          string
 	timeout        time.Duration
 	grace          time.Duration
+	// usedAdmin: the last dial used the administrator's certificate.
+	usedAdmin bool
 }
 
 type command struct {
@@ -102,7 +105,8 @@ Global flags:
   --admin         use the cell administrator's certificate from the config file
   --token-file F  authenticate with the tenant token in F instead of a
                   certificate (env LOCKCELL_TOKEN holds the token itself)
-  --timeout D     bound for commands that do not wait for a lock (default 30s)
+  --timeout D     bound for commands that do not wait for a lock (default 30s;
+                  0: no bound, as lock --wait 0)
   --grace D       session grace period (default 45s)
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 locked,
@@ -184,11 +188,16 @@ func (e *env) flags(name, argsUsage, doc string) *flag.FlagSet {
 // Flags may come before or after the arguments; everything after "--" is
 // an argument (kept with the "--", for lock).
 func (e *env) parse(fs *flag.FlagSet, args []string, nargs ...int) (int, bool) {
+	// NB: flag calls Usage itself on -h and on every error; print the help
+	// once, here, and only when asked for.
+	help := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = help }()
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
+				help()
 				return exitOK, true
 			}
 			fmt.Fprintf(e.stderr, "lockctl %s: %v (see 'lockctl %s --help')\n", fs.Name(), err, fs.Name())
@@ -220,7 +229,7 @@ func (e *env) parse(fs *flag.FlagSet, args []string, nargs ...int) (int, bool) {
 
 // fail prints err and returns its exit code.
 func (e *env) fail(name string, err error) int {
-	fmt.Fprintf(e.stderr, "lockctl %s: %s\n", name, explain(err))
+	fmt.Fprintf(e.stderr, "lockctl %s: %s\n", name, e.explain(err))
 	switch {
 	case errors.Is(err, api.ErrNotFound):
 		return exitNotFound
@@ -231,11 +240,13 @@ func (e *env) fail(name string, err error) int {
 }
 
 // explain adds a hint to the errors a new user meets.
-func explain(err error) string {
-	msg := err.Error()
+func (e *env) explain(err error) string {
+	msg := collapseRepeats(err.Error())
 	switch {
 	case errors.Is(err, os.ErrNotExist) && strings.Contains(msg, "config"):
 		msg += "\n  (no cell settings: start a dev cell with 'make run', or pass --config FILE or set LOCKCELL_CONFIG)"
+	case errors.Is(err, api.ErrPermissionDenied) && (e.admin || e.usedAdmin):
+		msg += "\n  (not even the cell administrator may do this)"
 	case errors.Is(err, api.ErrPermissionDenied):
 		msg += "\n  (the certificate's principal may not do this; administrators use --admin)"
 	case errors.Is(err, api.ErrUnauthenticated):
@@ -263,6 +274,7 @@ func (e *env) dial(ctx context.Context, admin bool) (*client.Client, *client.Con
 	if e.token != "" && !admin && !e.admin {
 		cfg.Certificate, cfg.Token = nil, e.token
 	}
+	e.usedAdmin = cfg.Certificate != nil && (admin || e.admin || f.Cert == "")
 	cfg.GracePeriod = e.grace
 	cfg.Logger = quietLogger()
 	c, err := client.Dial(ctx, cfg)
@@ -296,9 +308,30 @@ func (e *env) session(ctx context.Context) (*client.Session, func(), error) {
 	}, nil
 }
 
-// bounded returns a context bounded by --timeout.
+// bounded returns a context bounded by --timeout (0: no bound).
 func (e *env) bounded() (context.Context, context.CancelFunc) {
+	if e.timeout <= 0 {
+		return context.WithCancel(e.ctx)
+	}
 	return context.WithTimeout(e.ctx, e.timeout)
+}
+
+// collapseRepeats drops a run of ": "-separated words that repeats the run
+// just before it ("transport: connection closed: transport: connection
+// closed: x" becomes "transport: connection closed: x"), as wrapping the
+// same error twice leaves.
+func collapseRepeats(msg string) string {
+	parts := strings.Split(msg, ": ")
+	for n := 1; n <= 3; n++ {
+		for i := 0; i+2*n <= len(parts); {
+			if slices.Equal(parts[i:i+n], parts[i+n:i+2*n]) {
+				parts = slices.Delete(parts, i+n, i+2*n)
+				continue
+			}
+			i++
+		}
+	}
+	return strings.Join(parts, ": ")
 }
 
 func sortedKeys[M ~map[string]V, V any](m M) []string {
