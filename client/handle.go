@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -36,10 +37,58 @@ type OpenOptions struct {
 // Methods are safe for concurrent use; lock operations on one handle are
 // serialized.
 type Handle struct {
-	s     *Session
-	h     api.Handle
-	cache bool
-	lkmu  sync.Mutex // serializes Acquire/Release on this handle
+	s      *Session
+	h      api.Handle
+	cache  bool
+	events api.EventMask // what the handle subscribed to
+	closed atomic.Bool
+	lkmu   sync.Mutex // serializes Acquire/Release on this handle
+}
+
+// subscriptions counts, per path, a session's open handles that subscribed
+// to events. The master keeps one subscription per session and path (the
+// union of the masks its opens asked for) and Close ends it, whatever
+// other handles of the session still want it; so a handle's Close tells
+// the master only when no other subscribed handle on the path is open.
+// Opens and closes on one path are serialized, so that a Close cannot
+// overtake the Open of a new handle and end its subscription. The zero
+// value is ready to use.
+type subscriptions struct {
+	mu    sync.Mutex
+	paths map[string]*pathSubs
+}
+
+type pathSubs struct {
+	mu   sync.Mutex // held across an Open or Close call on the path
+	open int        // open handles with a nonzero event mask
+	refs int        // users of this entry (for removal)
+}
+
+// lock returns path's entry, locked; unlock releases it.
+func (ss *subscriptions) lock(path string) *pathSubs {
+	ss.mu.Lock()
+	if ss.paths == nil {
+		ss.paths = map[string]*pathSubs{}
+	}
+	p := ss.paths[path]
+	if p == nil {
+		p = &pathSubs{}
+		ss.paths[path] = p
+	}
+	p.refs++
+	ss.mu.Unlock()
+	p.mu.Lock()
+	return p
+}
+
+func (ss *subscriptions) unlock(path string, p *pathSubs) {
+	p.mu.Unlock()
+	ss.mu.Lock()
+	p.refs--
+	if p.refs == 0 && p.open == 0 {
+		delete(ss.paths, path)
+	}
+	ss.mu.Unlock()
 }
 
 // Open opens (and with opts.Create makes) the node at path.
@@ -50,7 +99,7 @@ func (s *Session) Open(ctx context.Context, path string, opts OpenOptions) (*Han
 
 // OpenStat is Open that also returns the node's metadata and whether this
 // call created it.
-func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (*Handle, api.OpenResponse, error) {
+func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (handle *Handle, _ api.OpenResponse, err error) {
 	events := opts.Events
 	caching := s.cfg.Cache && !opts.Dir
 	if caching {
@@ -61,9 +110,18 @@ func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (
 		ld = -1
 	}
 	var resp api.OpenResponse
+	if events != 0 {
+		p := s.subs.lock(path)
+		defer s.subs.unlock(path, p)
+		defer func(h **Handle) {
+			if *h != nil {
+				p.open++
+			}
+		}(&handle)
+	}
 	// Opening is idempotent except MustCreate, whose retry after a lost
 	// reply would fail with AlreadyExists.
-	err := s.call(ctx, api.MethodOpen, func(h api.Header) any {
+	err = s.call(ctx, api.MethodOpen, func(h api.Header) any {
 		return &api.OpenRequest{Header: h, Path: path, Create: opts.Create, MustCreate: opts.MustCreate,
 			Dir: opts.Dir, Ephemeral: opts.Ephemeral, Contents: opts.Contents, ACL: opts.ACL, LockDelay: ld, Events: events,
 			Cache: caching}
@@ -71,7 +129,8 @@ func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (
 	if err != nil {
 		return nil, resp, fmt.Errorf("open %s: %w", path, err)
 	}
-	return &Handle{s: s, h: resp.Handle, cache: caching}, resp, nil
+	handle = &Handle{s: s, h: resp.Handle, cache: caching, events: events}
+	return handle, resp, nil
 }
 
 // Path returns the node's path.
@@ -87,12 +146,34 @@ func (h *Handle) req(hd api.Header) *api.HandleRequest {
 	return &api.HandleRequest{Header: hd, Handle: h.h}
 }
 
-// Close closes the handle (its event subscription ends).
+// Close closes the handle. Its event subscription ends unless another
+// open handle of the session on the same path subscribed too (the session
+// then goes on receiving the path's events for that handle). Closing a
+// closed handle does nothing.
 func (h *Handle) Close(ctx context.Context) error {
+	path := h.h.Path
+	p := h.s.subs.lock(path)
+	defer h.s.subs.unlock(path, p)
+	if h.closed.Load() {
+		return nil
+	}
+	if h.events != 0 {
+		p.open--
+	}
+	if p.open > 0 {
+		// Another handle still wants the path's events; the master's
+		// Close would end them.
+		h.closed.Store(true)
+		return nil
+	}
 	err := h.s.call(ctx, api.MethodClose, func(hd api.Header) any { return h.req(hd) }, &api.Empty{}, true)
 	if err != nil {
-		return fmt.Errorf("close %s: %w", h.h.Path, err)
+		if h.events != 0 {
+			p.open++
+		}
+		return fmt.Errorf("close %s: %w", path, err)
 	}
+	h.closed.Store(true)
 	return nil
 }
 

@@ -148,6 +148,7 @@ type Session struct {
 	cancel   context.CancelCauseFunc
 	cache    *cache
 	clock    monotime.Clock
+	subs     subscriptions // the handles subscribed to events, by path
 
 	dispatch struct {
 		sync.Mutex
