@@ -47,6 +47,8 @@ type Env struct {
 	votes   map[voteKey]map[paxos.ID]bool
 	chosen  map[paxos.Slot]string
 	applied map[paxos.Slot]string
+	// reported holds the violations reported, each reported once.
+	reported map[string]bool
 }
 
 // voteKey names one accepted value: slot, ballot and value.
@@ -112,6 +114,8 @@ func NewEnv(tb testing.TB) *Env {
 		votes:   map[voteKey]map[paxos.ID]bool{},
 		chosen:  map[paxos.Slot]string{},
 		applied: map[paxos.Slot]string{},
+
+		reported: map[string]bool{},
 	}
 }
 
@@ -146,6 +150,10 @@ func (env *Env) printf(format string, args ...any) {
 // so that rewriting the golden file cannot hide it.
 func (env *Env) violation(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
+	if env.reported[msg] {
+		return
+	}
+	env.reported[msg] = true
 	env.printf("VIOLATION: %s\n", msg)
 	env.tb.Errorf("invariant broken: %s", msg)
 }
@@ -266,6 +274,7 @@ func (env *Env) deliver(m paxos.Message) {
 		if err := to.Node.Step(m); err != nil {
 			env.printf("error: %v\n", err)
 		}
+		env.checkMasters()
 	}
 }
 
@@ -365,6 +374,7 @@ func (env *Env) advance(n *Node) {
 	env.sendAll(n)
 	env.apply(n)
 	n.Node.Advance(*n.rd)
+	env.checkMasters()
 	n.rd = nil
 	n.done = steps{}
 	n.sentEarly = false
@@ -448,22 +458,27 @@ func (env *Env) stabilize(ns []*Node, verbose bool) {
 	env.tb.Fatalf("stabilize does not settle")
 }
 
-// check verifies that at most one replica is master and reports changes of
-// role, mastership, pre-vote and rebuild since the last command.
-func (env *Env) check() {
+// checkMasters fails the test if more than one running replica is master.
+func (env *Env) checkMasters() {
 	var masters []string
 	for _, n := range env.nodes {
-		if n.Node == nil {
-			continue
-		}
-		st := n.Node.Status()
-		if st.Master {
+		if n.Node != nil && n.Node.Status().Master {
 			masters = append(masters, fmt.Sprint(n.ID))
 		}
-		n.last = st
 	}
 	if len(masters) > 1 {
 		env.violation("replicas %s are master at the same time", strings.Join(masters, ","))
+	}
+}
+
+// check runs the checks due at the end of a command and remembers every
+// replica's status for the next report of changes.
+func (env *Env) check() {
+	env.checkMasters()
+	for _, n := range env.nodes {
+		if n.Node != nil {
+			n.last = n.Node.Status()
+		}
 	}
 }
 

@@ -143,6 +143,7 @@ func (env *Env) handle(t testing.TB, td *datadriven.TestData) error {
 					n.Node.Tick()
 				}
 			}
+			env.checkMasters()
 		}
 		return nil
 	case "campaign":
@@ -455,7 +456,7 @@ func (env *Env) elect(n *Node) error {
 	defer func() { env.out = saved }()
 	limit := 20 * (n.Cfg.LeaseTicks + n.Cfg.ElectionTicks)
 	for i := 0; i < limit; i++ {
-		env.stabilize(env.up(), false)
+		env.stabilize(env.nodes, false)
 		if nd.Status().Master {
 			saved.WriteString(DescribeStatus(nd.Status()) + "\n")
 			return nil
