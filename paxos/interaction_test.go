@@ -12,7 +12,7 @@ import (
 // minInteractionScripts is the least number of scripts TestInteraction must
 // run; fewer means scripts went missing (or the glob broke) and the corner
 // cases they pin are no longer checked.
-const minInteractionScripts = 9
+const minInteractionScripts = 10
 
 // TestInteraction runs every golden interaction script in testdata/*.txt
 // against a fresh paxostest.Env. Regenerate the expected output with

@@ -495,6 +495,9 @@ func (env *Env) changes() string {
 		if st.Role != old.Role {
 			fmt.Fprintf(&b, "%d: %s -> %s\n", n.ID, old.Role, st.Role)
 		}
+		if st.PreVote != old.PreVote {
+			fmt.Fprintf(&b, "%d: prevote %v -> %v\n", n.ID, old.PreVote, st.PreVote)
+		}
 		if st.Master != old.Master {
 			fmt.Fprintf(&b, "%d: master %v -> %v\n", n.ID, old.Master, st.Master)
 		}
@@ -574,6 +577,9 @@ func DescribeStatus(st paxos.Status) string {
 	fmt.Fprintf(&b, "%d: %s leader=%d promised=%s master=%v", st.ID, st.Role, st.Leader, st.Promised, st.Master)
 	if st.Master {
 		fmt.Fprintf(&b, " lease=%d", st.LeaseTicksLeft)
+	}
+	if st.PreVote {
+		b.WriteString(" prevote")
 	}
 	fmt.Fprintf(&b, " chosen=%d applied=%d", st.Chosen, st.Applied)
 	if st.Compacted > 0 {

@@ -15,7 +15,8 @@ import (
 // (replica IDs are bare numbers; keys without values are flags):
 //
 //	add-nodes n=3 [lease=20] [heartbeat=5] [election=22] [drift=10000] [inflight=32] [batch=256]
-//	tick [IDS] [n=1]             tick the replicas (all running ones by default) n times
+//	tick [IDS] [n=1] [stabilize] tick the replicas (all running ones by default) n times,
+//	                             with stabilize stabilizing the cell quietly after each round
 //	campaign ID                  tick ID until its election timer fires
 //	elect ID                     make ID master: age fresh replicas past their restart lease, tick ID and stabilize until it is
 //	propose ID DATA...           propose each DATA at ID (the Ready is not handled)
@@ -137,6 +138,9 @@ func (env *Env) handle(t testing.TB, td *datadriven.TestData) error {
 		if err != nil {
 			return err
 		}
+		_, stab := flags["stabilize"]
+		saved := env.out
+		defer func() { env.out = saved }()
 		for i := 0; i < k; i++ {
 			for _, n := range env.pick(ids) {
 				if n.Node != nil {
@@ -144,6 +148,11 @@ func (env *Env) handle(t testing.TB, td *datadriven.TestData) error {
 				}
 			}
 			env.checkMasters()
+			if stab {
+				env.out = &strings.Builder{}
+				env.stabilize(env.nodes, false)
+				env.out = saved
+			}
 		}
 		return nil
 	case "campaign":
@@ -428,7 +437,7 @@ func (env *Env) campaign(n *Node) error {
 	limit := 20 * (n.Cfg.LeaseTicks + n.Cfg.ElectionTicks)
 	for i := 1; i <= limit; i++ {
 		nd.Tick()
-		if st := nd.Status(); st.Role == paxos.Candidate {
+		if st := nd.Status(); st.Role == paxos.Candidate || st.PreVote {
 			env.printf("%d: election timer fired after %d ticks\n", n.ID, i)
 			return nil
 		}
