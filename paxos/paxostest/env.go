@@ -320,8 +320,24 @@ func (env *Env) sendEarly(n *Node) {
 	n.sentEarly = true
 	for _, m := range n.rd.Messages {
 		if !m.DependsOnPersist() {
+			env.checkDurableFirst(n, m)
 			env.send(m)
 		}
+	}
+}
+
+// checkDurableFirst reports a vote that leaves before the Ready that
+// carries it is persisted (invariant 2). It judges by the message type,
+// independently of Message.DependsOnPersist: a promise, an acknowledgement,
+// a refusal naming a promise, a Prepare (its ballot is the sender's own
+// promise) or a rebuild answer.
+func (env *Env) checkDurableFirst(n *Node, m paxos.Message) {
+	if n.done.persist || (n.rd.HardState.IsEmpty() && len(n.rd.Entries) == 0) {
+		return
+	}
+	switch m.Type {
+	case paxos.MsgPrepare, paxos.MsgPromise, paxos.MsgAccepted, paxos.MsgReject, paxos.MsgRebuildAck:
+		env.violation("replica %d sent %s before persisting the Ready that carries it", n.ID, m)
 	}
 }
 
