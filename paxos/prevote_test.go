@@ -7,9 +7,10 @@ import (
 
 // TestSimulationRejoinKeepsMaster runs the simulator without random faults
 // and, once a master is established, takes one follower away and brings it
-// back, in two ways: restarted and deaf (it sends but hears nothing) for
-// several election timeouts, and cut off both ways for as long. Its
-// election timer fires meanwhile. The master must never change: a
+// back, in three ways, each for several election timeouts: restarted and
+// deaf (it sends but hears nothing), cut off both ways, and deaf to the
+// master only (it still talks with the others both ways). Its election
+// timer fires meanwhile. The master must never change: a
 // majority still hears it, so the pre-vote refuses the returning replica,
 // which never raises the ballot that would make it refuse the master's
 // next heartbeat. Each seed also checks every invariant the simulator
@@ -17,13 +18,9 @@ import (
 func TestSimulationRejoinKeepsMaster(t *testing.T) {
 	judged, fired := 0, 0
 	for seed := int64(0); seed < 12; seed++ {
-		for _, deaf := range []bool{true, false} {
-			name := fmt.Sprintf("seed=%d/partitioned", seed)
-			if deaf {
-				name = fmt.Sprintf("seed=%d/restarted-deaf", seed)
-			}
-			t.Run(name, func(t *testing.T) {
-				f := runRejoin(t, seed, deaf)
+		for _, how := range []rejoinMode{restartedDeaf, partitioned, deafToMaster} {
+			t.Run(fmt.Sprintf("seed=%d/%s", seed, how), func(t *testing.T) {
+				f := runRejoin(t, seed, how)
 				judged++
 				if f {
 					fired++
@@ -33,16 +30,29 @@ func TestSimulationRejoinKeepsMaster(t *testing.T) {
 	}
 	// The returning replica's election timer must really have fired in
 	// most runs, or the test judged nothing.
-	if judged < 24 || fired < judged/2 {
+	if judged < 36 || fired < judged/2 {
 		t.Fatalf("judged %d returns, the returning replica's election timer fired in %d: too few", judged, fired)
 	}
 	t.Logf("judged %d returns of a follower; its election timer fired in %d; no master change", judged, fired)
 }
 
+// rejoinMode is how TestSimulationRejoinKeepsMaster takes a follower away.
+type rejoinMode uint8
+
+const (
+	restartedDeaf rejoinMode = iota // restarted, hears nobody
+	partitioned                     // cut off both ways
+	deafToMaster                    // hears everybody but the master
+)
+
+func (m rejoinMode) String() string {
+	return [...]string{"restarted-deaf", "partitioned", "deaf-to-master"}[m]
+}
+
 // runRejoin runs one scenario of TestSimulationRejoinKeepsMaster and
 // reports whether the returning replica's election timer fired while it
 // was away (it pre-voted or campaigned).
-func runRejoin(t *testing.T, seed int64, deaf bool) bool {
+func runRejoin(t *testing.T, seed int64, how rejoinMode) bool {
 	p := paramsForSeed(seed)
 	p.crashes, p.partitions, p.amnesia, p.leaderIsolationHeavy = false, false, false, false
 	p.loss, p.dup, p.slowFrac = 0, 0, 0
@@ -84,17 +94,20 @@ func runRejoin(t *testing.T, seed int64, deaf bool) bool {
 	away := s.reps[(int(master.id-1)+1)%len(s.reps)]
 	idx := int(away.id - 1)
 	gone := 4 * (p.lease + p.elect)
-	if deaf {
+	switch how {
+	case restartedDeaf:
 		away.crash()
 		runFor(5, nil)
 		s.restart(idx)
 		for j := range s.reps {
 			s.blocked[j][idx] = true
 		}
-	} else {
+	case partitioned:
 		for j := range s.reps {
 			s.blocked[j][idx], s.blocked[idx][j] = true, true
 		}
+	case deafToMaster:
+		s.blocked[master.id-1][idx] = true
 	}
 	runFor(gone, away)
 	s.clearPartitions()
