@@ -14,7 +14,7 @@ import (
 	"github.com/lockcell/lockcell/paxos"
 )
 
-// startHTTP serves /metrics, /healthz, /status (JSON), the status page at /
+// startHTTP serves /metrics, /healthz, /readyz, /status (JSON), the status page at /
 // and, when fault injection is configured, /debug/faults.
 func (r *Replica) startHTTP() error {
 	ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
@@ -24,6 +24,7 @@ func (r *Replica) startHTTP() error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", r.serveHealthz)
+	mux.HandleFunc("/readyz", r.serveReadyz)
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		// The CellStatus answer, plus the rebuild in structured form.
@@ -44,7 +45,10 @@ func (r *Replica) startHTTP() error {
 	return nil
 }
 
-// serveHealthz answers 200 while the run loop runs, 503 after it stopped.
+// serveHealthz is liveness (a Kubernetes livenessProbe): 200 while the
+// process serves and its run loop runs, 503 once the loop has stopped on a
+// fatal error (restart it). It says nothing of the cell: a replica cut off
+// from every peer is alive, and restarting it would not help.
 func (r *Replica) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	select {
 	case <-r.done:
@@ -52,6 +56,20 @@ func (r *Replica) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	default:
 		fmt.Fprintln(w, "ok")
 	}
+}
+
+// serveReadyz is readiness (a Kubernetes readinessProbe): 200 while this
+// replica is part of a cell that serves — it is the master, or it heard
+// the master recently and has applied within ReadyMaxLag slots of the
+// master's chosen slot — and 503 with the reason in plain words otherwise
+// (no master it can hear, no quorum, rebuilding, behind, stopped).
+func (r *Replica) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	ok, reason := r.readiness()
+	if !ok {
+		http.Error(w, reason, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, reason)
 }
 
 var statusPage = template.Must(template.New("status").Parse(`<!doctype html>
@@ -68,7 +86,7 @@ Rebuild: {{.Phase}}, since {{.Since.Format "2006-01-02 15:04:05 MST"}}{{if not .
 <table><tr><th>id</th><th>address</th><th>role</th></tr>
 {{range .Replicas}}<tr><td>{{.ID}}</td><td>{{.Addr}}</td><td>{{if .Master}}<span class="m">master</span>{{else}}replica{{end}}</td></tr>{{end}}
 </table>
-<p><a href="/metrics">metrics</a> · <a href="/status">status (JSON)</a> · <a href="/healthz">healthz</a></p>
+<p><a href="/metrics">metrics</a> · <a href="/status">status (JSON)</a> · <a href="/healthz">healthz</a> · <a href="/readyz">readyz</a></p>
 </body></html>`))
 
 func (r *Replica) serveStatusPage(w http.ResponseWriter, _ *http.Request) {

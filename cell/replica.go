@@ -68,6 +68,8 @@ type Replica struct {
 	guardDone chan struct{}
 	// clock stamps the commands this replica proposes (clock.go).
 	clock *cellClock
+	// progress holds the peers' latest progress reports (progress.go).
+	progress progressTable
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -404,6 +406,7 @@ func (r *Replica) run(ctx context.Context) {
 				r.node.Tick()
 			}
 			lastTick = lastTick.Add(n * interval)
+			r.maybeReportProgress(monotime.Now())
 		case pm := <-recv:
 			if err := r.step(pm); err != nil {
 				r.fail(err)
@@ -448,6 +451,10 @@ func (r *Replica) tickInterval() time.Duration {
 // core has stopped (a storage error, such as a snapshot that no longer
 // reads back): bad messages are counted and dropped.
 func (r *Replica) step(pm transport.PeerMessage) error {
+	if pm.Tag == tagProgress {
+		r.stepProgress(pm.From, pm.Decode)
+		return nil
+	}
 	if pm.Tag != tagPaxos {
 		r.metrics.badPeerMessages.Inc()
 		return nil
