@@ -2,11 +2,11 @@ package cell
 
 import (
 	"fmt"
+	"github.com/lockcell/lockcell/api"
 	"sync"
 	"time"
 
 	"github.com/lockcell/lockcell/internal/monotime"
-	"github.com/lockcell/lockcell/paxos"
 )
 
 // tagProgress tags progress reports on the peer mesh.
@@ -30,11 +30,11 @@ const readyHeardWithin = 20 * progressInterval
 // every replica's status can show every replica's progress. It carries no
 // authority: nothing in the protocol depends on it.
 type progressReport struct {
-	Role    string `msgpack:"ro"`
-	Epoch   uint64 `msgpack:"e"`
-	Leader  uint64 `msgpack:"l"`
-	Chosen  uint64 `msgpack:"c"`
-	Applied uint64 `msgpack:"a"`
+	Role    api.Role `msgpack:"ro"`
+	Epoch   uint64   `msgpack:"e"`
+	Leader  uint64   `msgpack:"l"`
+	Chosen  uint64   `msgpack:"c"`
+	Applied uint64   `msgpack:"a"`
 	// Master reports that the sender holds the master lease and serves.
 	Master bool `msgpack:"m,omitempty"`
 }
@@ -118,10 +118,10 @@ func (r *Replica) readiness() (ok bool, reason string) {
 		return false, "rebuilding: this replica lost durable state and learns from its peers before it votes (" + st.Rebuild.String() + ")"
 	}
 	if st.Master {
-		return true, fmt.Sprintf("ok: master, epoch %s, applied slot %d", paxos.Ballot(st.Epoch), st.Applied)
+		return true, fmt.Sprintf("ok: master, epoch %s, applied slot %d", api.Epoch(st.Epoch), st.Applied)
 	}
 	if st.Leader == 0 || st.Leader == r.cfg.ID {
-		return false, fmt.Sprintf("no master: this replica (%s, epoch %s) knows of no master that serves; is a majority of the cell running and connected?", st.Role, paxos.Ballot(st.Epoch))
+		return false, fmt.Sprintf("no master: this replica (%s, epoch %s) knows of no master that serves; is a majority of the cell running and connected?", st.Role, api.Epoch(st.Epoch))
 	}
 	p, heard := r.progress.get(st.Leader)
 	if !heard {
@@ -136,5 +136,5 @@ func (r *Replica) readiness() (ok bool, reason string) {
 	if p.Chosen > st.Applied && p.Chosen-st.Applied > ReadyMaxLag {
 		return false, fmt.Sprintf("behind: applied slot %d, the master's chosen slot %d (more than %d behind)", st.Applied, p.Chosen, ReadyMaxLag)
 	}
-	return true, fmt.Sprintf("ok: master is replica %d, epoch %s, applied slot %d", st.Leader, paxos.Ballot(p.Epoch), st.Applied)
+	return true, fmt.Sprintf("ok: master is replica %d, epoch %s, applied slot %d", st.Leader, api.Epoch(p.Epoch), st.Applied)
 }

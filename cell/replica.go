@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockcell/lockcell/api"
 	"log/slog"
 	"net"
 	"net/http"
@@ -278,9 +279,10 @@ type Status struct {
 	// Sessions and LockWaiters are the master's live sessions and blocked
 	// Acquire calls (zero unless master).
 	Sessions, LockWaiters int
-	// Role is what the replica does: "master", "leader" (leading without a
-	// live lease), "candidate", "follower" or "learner (rebuilding)".
-	Role string
+	// Role is what the replica does (api.RoleMaster, RoleLeader for one
+	// leading without a live lease, RoleCandidate, RoleFollower, or
+	// RoleLearner while it rebuilds).
+	Role api.Role
 	// Rebuild describes the state this replica lost at start and its
 	// rebuild, or is nil if it started with its state.
 	Rebuild *RebuildStatus
