@@ -368,7 +368,7 @@ type MasterSample struct {
 	Epoch string
 }
 
-var statusLine = regexp.MustCompile(`Replica (\d+) \((master|replica)\)\. Master: [^,]*, epoch (\d+\.\d+)\.`)
+var statusLine = regexp.MustCompile(`Replica (\d+) \((.+?)\)\. Master: [^,]*, epoch (\d+\.\d+)\.`)
 
 // MasterOf fetches replica id's status page and reads its role and epoch.
 func (c *Cluster) MasterOf(ctx context.Context, id uint64) (MasterSample, error) {
