@@ -22,10 +22,7 @@ func (c *Client) Status(ctx context.Context) (*api.CellStatusResponse, error) {
 // StatusOf asks the replica at addr (over a connection of its own) for the
 // cell's status as that replica sees it.
 func (c *Client) StatusOf(ctx context.Context, addr string) (*api.CellStatusResponse, error) {
-	cc, err := transport.Dial(ctx, transport.DialConfig{
-		Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
+	cc, err := c.dialConfig(ctx, transport.DialConfig{Addrs: []string{addr}})
 	if err != nil {
 		return nil, fmt.Errorf("status of %s: %w", addr, err)
 	}
