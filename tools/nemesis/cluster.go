@@ -47,6 +47,9 @@ type ClusterConfig struct {
 	Replicas int
 	// SessionLease is the session lease.
 	SessionLease time.Duration
+	// UnsafeNoFsync runs every replica with unsafe_no_fsync (a weakened
+	// run: a SIGKILL loses acknowledged writes).
+	UnsafeNoFsync bool
 	// Logger receives progress logs.
 	Logger *slog.Logger
 }
@@ -212,6 +215,10 @@ func (c *Cluster) writeConfigLocked(r *replica) error {
 	m["session_lease"] = c.cfg.SessionLease.String()
 	delete(m, "clock_scale")
 	delete(m, "sync_delay")
+	delete(m, "unsafe_no_fsync")
+	if c.cfg.UnsafeNoFsync {
+		m["unsafe_no_fsync"] = true
+	}
 	if r.clockScale != 0 && r.clockScale != 1 {
 		m["clock_scale"] = r.clockScale
 	}

@@ -48,6 +48,7 @@ func TestNemesisShort(t *testing.T) {
 	defer cancel()
 	res, err := Run(ctx, Options{
 		Duration:     *shortDuration,
+		Lockcelld:    testLockcelld(t),
 		Seed:         seed,
 		SessionLease: 3 * time.Second,
 		WorkerArgv:   func(f string) []string { return []string{os.Args[0], "worker", f} },

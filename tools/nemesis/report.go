@@ -15,6 +15,12 @@ func (r *Result) Verdict() string {
 	if r.Weaken != "" {
 		w = " weaken=" + r.Weaken
 	}
+	if r.Weaken != "" {
+		if r.Detected() {
+			return fmt.Sprintf("nemesis: DETECTED seed=%d duration=%v%s: the target checker %s fired (%d violations: %s); history %s", r.Seed, r.Duration.Round(time.Second), w, r.Target, len(r.Violations), strings.Join(r.ViolatedCheckers(), ", "), r.HistoryFile)
+		}
+		return fmt.Sprintf("nemesis: NOT DETECTED seed=%d duration=%v%s: the target checker %s did not fire (%d violations: %s)", r.Seed, r.Duration.Round(time.Second), w, r.Target, len(r.Violations), strings.Join(r.ViolatedCheckers(), ", "))
+	}
 	if r.OK() {
 		return fmt.Sprintf("nemesis: PASS seed=%d duration=%v%s: 0 violations", r.Seed, r.Duration.Round(time.Second), w)
 	}

@@ -26,6 +26,15 @@ import (
 const (
 	// WeakenNoFence switches the resource's sequencer check off.
 	WeakenNoFence = "nofence"
+	// WeakenNoFsync runs every replica with unsafe_no_fsync and kills
+	// them all, again and again (lost acknowledged writes must be
+	// detected).
+	WeakenNoFsync = "nofsync"
+	// WeakenLockCtx runs the workers built with the
+	// lockcell_weaken_lockctx tag, whose lock contexts ignore the lease
+	// deadline (zombies resuming with an intact context, and overlapping
+	// holds, must be detected).
+	WeakenLockCtx = "lockctx"
 	// WeakenSkew runs one replica's clock at twice the tick length (far
 	// beyond the 1% drift bound) and isolates it whenever it is master.
 	WeakenSkew = "skew"
@@ -49,7 +58,8 @@ type Options struct {
 	// WorkerArgv returns the command line of a worker process given its
 	// config file. If nil, this executable with arguments "worker FILE".
 	WorkerArgv func(configFile string) []string
-	// Weaken is "", WeakenNoFence or WeakenSkew.
+	// Weaken is "" or one of the Weaken* constants: a weakened run, which
+	// must be caught by its target checker (TargetChecker).
 	Weaken string
 	// SessionLease is the cell's session lease. If zero, 12 s (the cell's
 	// default, Chubby's). Zombie workers are stopped for longer than it.
@@ -61,6 +71,20 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// targets maps each weakening to the checker that must catch it.
+var targets = map[string]string{
+	WeakenNoFence: CheckerFencing,
+	WeakenSkew:    CheckerOverlap,
+	WeakenNoFsync: CheckerAckSet,
+	WeakenLockCtx: CheckerMutex,
+}
+
+// TargetChecker names the checker that must catch weakening w ("" for none).
+func TargetChecker(w string) string { return targets[w] }
+
+// Weakenings lists the weakenings.
+func Weakenings() []string { return []string{WeakenNoFence, WeakenSkew, WeakenNoFsync, WeakenLockCtx} }
+
 // MasterLease is the master lease of the cell's default timings (100 ticks
 // of 10 ms).
 const MasterLease = time.Second
@@ -70,8 +94,11 @@ const DriftBound = 0.01
 
 // Result is the outcome of a run.
 type Result struct {
-	Seed       uint64
-	Weaken     string
+	Seed   uint64
+	Weaken string
+	// Target is the checker that must catch the weakening ("" for a
+	// normal run).
+	Target     string
 	Duration   time.Duration
 	Dir        string
 	Violations []Violation
@@ -113,6 +140,18 @@ type Result struct {
 
 // OK reports a run without violations.
 func (r *Result) OK() bool { return len(r.Violations) == 0 }
+
+// Detected reports a weakened run caught by its target checker.
+func (r *Result) Detected() bool { return r.Target != "" && hasChecker(r.Violations, r.Target) }
+
+// Passed reports the run's verdict: a normal run passes without
+// violations, a weakened one when its target checker caught it.
+func (r *Result) Passed() bool {
+	if r.Weaken != "" {
+		return r.Detected()
+	}
+	return r.OK()
+}
 
 // run is the state of one run.
 type run struct {
@@ -167,7 +206,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if opts.Workers < 4 {
 		return nil, errors.New("nemesis: at least 4 workers")
 	}
-	if opts.Weaken != "" && opts.Weaken != WeakenNoFence && opts.Weaken != WeakenSkew {
+	if _, ok := targets[opts.Weaken]; !ok && opts.Weaken != "" {
 		return nil, fmt.Errorf("nemesis: unknown weakening %q", opts.Weaken)
 	}
 	if opts.SessionLease == 0 {
@@ -216,7 +255,15 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 		r.opts.Lockcelld = bin
 	}
-	c, err := StartCluster(ctx, ClusterConfig{Dir: r.dir, Lockcelld: r.opts.Lockcelld, SessionLease: r.opts.SessionLease, Logger: r.log})
+	if r.opts.Weaken == WeakenLockCtx {
+		bin, err := BuildWorker(ctx, r.dir, "lockcell_weaken_lockctx")
+		if err != nil {
+			return nil, err
+		}
+		r.opts.WorkerArgv = func(f string) []string { return []string{bin, "worker", f} }
+	}
+	c, err := StartCluster(ctx, ClusterConfig{Dir: r.dir, Lockcelld: r.opts.Lockcelld, SessionLease: r.opts.SessionLease, Logger: r.log,
+		UnsafeNoFsync: r.opts.Weaken == WeakenNoFsync})
 	if err != nil {
 		return nil, err
 	}
@@ -253,9 +300,16 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 
 	start := time.Now()
 	fctx, cancel := context.WithTimeout(ctx, r.opts.Duration)
-	if r.opts.Weaken == WeakenSkew {
+	switch r.opts.Weaken {
+	case WeakenSkew:
 		r.skewSchedule(fctx)
-	} else {
+	case WeakenNoFsync:
+		r.killAllSchedule(fctx)
+	case WeakenNoFence, WeakenLockCtx:
+		// The zombies are the fault: nothing else, so that a short run
+		// gives them many holds.
+		<-fctx.Done()
+	default:
 		r.schedule(ctx) // it keeps its own end: every kind once, Duration at least
 	}
 	cancel()
@@ -273,7 +327,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	stopSampler()
 	samplerDone.Wait()
 
-	result := &Result{Seed: r.opts.Seed, Weaken: r.opts.Weaken, Duration: elapsed, Recovery: recovery, Faults: r.faults, Judged: map[string]int{}}
+	result := &Result{Seed: r.opts.Seed, Weaken: r.opts.Weaken, Target: TargetChecker(r.opts.Weaken), Duration: elapsed, Recovery: recovery, Faults: r.faults, Judged: map[string]int{}}
 	if rerr != nil {
 		result.Violations = append(result.Violations, Violation{CheckerRecovery, rerr.Error()})
 	} else if recovery > r.opts.RecoveryBound {

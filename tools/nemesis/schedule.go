@@ -326,28 +326,52 @@ func (r *run) inject(ctx context.Context, kind string, d time.Duration) error {
 	return fmt.Errorf("nemesis: unknown fault %q", kind)
 }
 
-// skewSchedule is the weakened run: replica 1 ticks at half speed (its
-// clock-rate error is 100%, far beyond the 1% drift bound), and whenever it
-// is master it is isolated, so that the others elect a new master while it
-// still believes in its lease.
+// skewSchedule is the weakened run with clocks beyond the drift bound:
+// every replica but the master is restarted (one at a time, so the master
+// keeps its majority) with its clock running at twice the real rate (scale
+// 0.5, a clock-rate error of 100%, far beyond the 1% bound), and then the
+// master is isolated. The fast replicas count its lease out in half the
+// real time and elect a new master while the isolated one, whose clock is
+// right, still serves: two masters at once, which the master-overlap
+// checker must see. Then every replica gets its normal clock back, and the
+// next round begins.
+//
+// NB: a slow clock on the master (scale 2) would do as well in principle,
+// but the slow replica must first become master, and a slow replica loses
+// every election to the fast ones.
 func (r *run) skewSchedule(ctx context.Context) {
-	const slow = 1
-	r.fault(FaultClockSkew, "restart replica %d with clock scale 2 (beyond the drift bound)", slow)
-	if err := r.c.Restart(slow, 2, 0); err != nil {
-		r.faultFailed(FaultClockSkew, err)
-		return
-	}
-	r.applied(FaultClockSkew)
+	const fast = 0.5
 	for ctx.Err() == nil {
 		m, err := r.master(ctx)
 		if err != nil {
+			sleepCtx(ctx, 100*time.Millisecond)
 			continue
 		}
-		if m != slow {
-			r.moveMastership(ctx, m, slow)
+		if scale, _ := r.c.Skewed(m); scale != 0 {
+			r.normalClocks(ctx)
 			continue
 		}
-		r.fault(FaultIsolateMaster, "isolate the skewed master %d", m)
+		r.fault(FaultClockSkew, "restart every replica but master %d with clock scale %v (beyond the drift bound)", m, fast)
+		ok := true
+		for _, id := range r.c.IDs() {
+			if id == m || ctx.Err() != nil {
+				continue
+			}
+			if err := r.c.Restart(id, fast, 0); err != nil {
+				r.faultFailed(FaultClockSkew, err)
+				ok = false
+				break
+			}
+			r.awaitStatus(ctx, id)
+		}
+		if !ok || ctx.Err() != nil {
+			continue
+		}
+		r.applied(FaultClockSkew)
+		if cur, err := r.master(ctx); err != nil || cur != m {
+			continue // mastership moved while the clocks changed
+		}
+		r.fault(FaultIsolateMaster, "isolate master %d, the one replica whose clock is right", m)
 		err = r.setEverywhere(context.Background(), transport.FaultState{Rules: []transport.Rule{{From: m, Partition: true}, {To: m, Partition: true}}})
 		hold(ctx, 3*time.Second)
 		if err := r.healPartition(FaultIsolateMaster, err); err != nil {
@@ -355,38 +379,63 @@ func (r *run) skewSchedule(ctx context.Context) {
 		} else {
 			r.applied(FaultIsolateMaster)
 		}
-		hold(ctx, 2*time.Second)
+		r.normalClocks(ctx)
 	}
 }
 
-// moveMastership makes replica to (whose slow clock makes it lose every
-// election) master: messages among the other replicas and to and from the
-// current master m are cut, so that only to can gather a majority; once it
-// serves, the rules are healed.
-func (r *run) moveMastership(ctx context.Context, m, to uint64) {
-	var rules []transport.Rule
-	for _, x := range r.c.IDs() {
-		for _, y := range r.c.IDs() {
-			if x != y && (x != to && y != to || x == m || y == m) {
-				rules = append(rules, transport.Rule{From: x, To: y, Partition: true})
+// normalClocks restarts every skewed replica with a normal clock, one at a
+// time.
+func (r *run) normalClocks(ctx context.Context) {
+	for _, id := range r.c.IDs() {
+		if scale, _ := r.c.Skewed(id); scale == 0 {
+			continue
+		}
+		if err := r.c.Restart(id, 0, 0); err != nil {
+			r.faultFailed(FaultClockSkew, err)
+			return
+		}
+		r.awaitStatus(context.Background(), id)
+	}
+}
+
+// awaitStatus waits up to 5 s for replica id's status page to answer.
+func (r *run) awaitStatus(ctx context.Context, id uint64) {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for wctx.Err() == nil {
+		if _, err := r.c.MasterOf(wctx, id); err == nil {
+			return
+		}
+		sleepCtx(wctx, 50*time.Millisecond)
+	}
+}
+
+// killAllSchedule is the weakened run without fsync: every 2 to 4 s, every
+// replica is killed with SIGKILL (taking back its last half second of log
+// writes) and restarted after 0.5 to 1 s.
+func (r *run) killAllSchedule(ctx context.Context) {
+	for ctx.Err() == nil {
+		sleepCtx(ctx, uniform(r.rng, 2*time.Second, 4*time.Second))
+		if ctx.Err() != nil {
+			return
+		}
+		d := uniform(r.rng, 500*time.Millisecond, time.Second)
+		r.fault(FaultKillAll, "kill -9 every replica (no fsync) for %v", d)
+		for _, id := range r.c.IDs() {
+			r.c.Kill(id)
+		}
+		sleepCtx(context.Background(), d)
+		var err error
+		for _, id := range r.c.IDs() {
+			if e := r.c.Start(id); e != nil {
+				err = e
 			}
 		}
-	}
-	r.fault(FaultIsolateMaster, "cut every link but those of replica %d (and cut master %d off) to move mastership to %d", to, m, to)
-	if err := r.setEverywhere(context.Background(), transport.FaultState{Rules: rules}); err != nil {
-		r.faultFailed(FaultIsolateMaster, err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	for wctx.Err() == nil {
-		if id, err := r.c.FindMaster(wctx); err == nil && id == to {
-			break
+		r.healed(FaultKillAll)
+		if err != nil {
+			r.faultFailed(FaultKillAll, err)
+		} else {
+			r.applied(FaultKillAll)
 		}
-		sleepCtx(wctx, 100*time.Millisecond)
 	}
-	cancel()
-	if err := r.c.HealAll(context.Background()); err != nil {
-		r.faultFailed(FaultIsolateMaster, err)
-	}
-	r.healed(FaultIsolateMaster)
-	hold(ctx, time.Second)
 }

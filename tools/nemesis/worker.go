@@ -109,6 +109,14 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	if err != nil {
 		return err
 	}
+	if cfg.Role == RoleZombie {
+		// NB: one P, as for a holder on one CPU: after SIGCONT the
+		// zombie's spinning goroutine keeps the processor, so no other
+		// goroutine of the client (the KeepAlive loop's timer) can run
+		// before its first look at the lock. The client must then be
+		// exact on its own, at that look.
+		runtime.GOMAXPROCS(1)
+	}
 	ccfg.GracePeriod = cfg.GracePeriod
 	ccfg.ReconnectMax = 300 * time.Millisecond
 	ccfg.Logger = log
@@ -411,28 +419,27 @@ const ZombieSpin = 3 * time.Second
 // loop that does nothing else, long enough to mean the process was stopped.
 const stoppedGap = time.Second
 
-// spinUntilStopped loops, reading the monotonic clock, until it finds a gap
-// that shows the process was stopped (true) or max passes (false). It spins
-// rather than sleeps so that a SIGSTOP lands inside it and the first thing
-// the process does after SIGCONT is to notice.
+// spinUntilStopped loops, reading the clock, until it finds a gap that
+// shows the process was stopped (true) or max passes (false). It spins
+// rather than sleeps, and never yields, so that a SIGSTOP lands inside it
+// and the first thing the process does after SIGCONT is to notice. The
+// loop reads the runtime's monotonic clock (time.Now, no system call) so
+// that nothing in it waits on the scheduler.
 func spinUntilStopped(ctx context.Context, max time.Duration) bool {
-	last := MonoNow()
-	deadline := last + int64(max)
+	start := time.Now()
+	last := start
 	for n := 0; ; n++ {
-		now := MonoNow()
-		if now-last > int64(stoppedGap) {
+		now := time.Now()
+		if now.Sub(last) > stoppedGap {
 			return true
 		}
-		if now > deadline || (n%1024 == 0 && ctx.Err() != nil) {
+		if now.Sub(start) > max || (n%(1<<16) == 0 && ctx.Err() != nil) {
 			return false
 		}
 		last = now
-		runtime.Gosched()
 	}
 }
 
-// put writes key on the resource's fenced store (where "/kv/") or on the
-// unfenced register (where "/open/").
 func (w *worker) put(ctx context.Context, where, key, value string, seq sequencer.Sequencer) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.cfg.ResourceURL+where+key, strings.NewReader(value))
 	if err != nil {
