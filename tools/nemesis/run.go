@@ -171,6 +171,12 @@ type run struct {
 	notes   []string
 	// faultErrors lists the faults that could not be applied.
 	faultErrors []string
+
+	// zombies counts the zombie pauses in progress; stopping, closed when
+	// the workers are about to stop, ends them early. A pause starts (Add)
+	// and stopping closes under mu.
+	zombies  sync.WaitGroup
+	stopping chan struct{}
 }
 
 const prefix = "/" + Tenant
@@ -235,12 +241,12 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &run{opts: opts, log: opts.Logger, rng: rand.New(rand.NewPCG(opts.Seed, 0x6e656d)), rng2: rand.New(rand.NewPCG(opts.Seed, 0x7a6f6d)), dir: dir, faults: map[string]int{}}
+	r := &run{opts: opts, log: opts.Logger, rng: rand.New(rand.NewPCG(opts.Seed, 0x6e656d)), rng2: rand.New(rand.NewPCG(opts.Seed, 0x7a6f6d)), dir: dir, faults: map[string]int{}, stopping: make(chan struct{})}
 	result, err := r.run(ctx)
 	if result != nil {
 		result.Dir = dir
 	}
-	if !keep && err == nil && result.OK() {
+	if !keep && err == nil && result.Passed() {
 		_ = os.RemoveAll(dir)
 		result.Dir = ""
 	}
@@ -346,7 +352,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			r.note("writing the samples: %v", err)
 		}
 	}
-	if !result.OK() {
+	if !result.OK() || !result.Passed() {
 		result.HistoryFile = filepath.Join(r.dir, "history.jsonl")
 		if err := r.writeHistory(result.HistoryFile); err != nil {
 			r.note("writing the history: %v", err)
@@ -429,6 +435,8 @@ type workerProc struct {
 	stdin io.WriteCloser
 	mu    sync.Mutex // serializes writes to stdin
 	done  chan struct{}
+	// marker is a zombie's stop marker file ("" for other roles).
+	marker string
 }
 
 func (r *run) roles() []string {
@@ -448,6 +456,16 @@ func (r *run) startWorkers() ([]*workerProc, error) {
 			Seed: r.opts.Seed ^ uint64(id+1)*0x9e3779b97f4a7c15, RegisterKeys: registerKeys, Locks: fencedLocks,
 			GracePeriod: 10 * time.Second,
 		}
+		var env []string
+		if role == RoleZombie {
+			cfg.MarkerFile = filepath.Join(r.dir, fmt.Sprintf("worker-%d.marker", id))
+			if err := os.WriteFile(cfg.MarkerFile, make([]byte, 4), 0o600); err != nil {
+				return out, err
+			}
+			// NB: see spinUntilStopped: the zombie's spin must not be
+			// preempted, so that its look after SIGCONT comes first.
+			env = append(env, "GODEBUG=asyncpreemptoff=1")
+		}
 		b, _ := json.Marshal(cfg)
 		file := filepath.Join(r.dir, fmt.Sprintf("worker-%d.json", id))
 		if err := os.WriteFile(file, b, 0o600); err != nil {
@@ -462,7 +480,7 @@ func (r *run) startWorkers() ([]*workerProc, error) {
 			return out, err
 		}
 		p, err := startProc(fmt.Sprintf("worker %d", id), r.opts.WorkerArgv(file),
-			filepath.Join(r.dir, "logs", fmt.Sprintf("worker-%d.log", id)), stdinR, stdoutW)
+			filepath.Join(r.dir, "logs", fmt.Sprintf("worker-%d.log", id)), stdinR, stdoutW, env...)
 		stdinR.Close()
 		stdoutW.Close()
 		if err != nil {
@@ -470,7 +488,7 @@ func (r *run) startWorkers() ([]*workerProc, error) {
 			stdoutR.Close()
 			return out, err
 		}
-		w := &workerProc{id: id, role: role, p: p, stdin: stdinW, done: make(chan struct{})}
+		w := &workerProc{id: id, role: role, p: p, stdin: stdinW, done: make(chan struct{}), marker: cfg.MarkerFile}
 		out = append(out, w)
 		go r.readWorker(w, stdoutR)
 	}
@@ -490,7 +508,14 @@ func (r *run) readWorker(w *workerProc, out io.ReadCloser) {
 		}
 		r.record(e)
 		if e.Type == TypePause && w.role == RoleZombie {
-			go r.pauseZombie(w)
+			r.mu.Lock()
+			select {
+			case <-r.stopping:
+			default:
+				r.zombies.Add(1)
+				go func() { defer r.zombies.Done(); r.pauseZombie(w) }()
+			}
+			r.mu.Unlock()
 		}
 	}
 }
@@ -509,6 +534,20 @@ func (r *run) zombiePause() time.Duration {
 	return 2*lease + max(2*time.Second, lease/4) + uniform(r.rng2, 0, lease/4)
 }
 
+// setMarker sets a zombie's marker word, in place (the zombie has the
+// file mapped).
+func setMarker(file string) error {
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt([]byte{1, 0, 0, 0}, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // pauseZombie stops a zombie worker that announced it holds its lock and
 // waits (spinning) to be stopped: after a short random delay, SIGSTOP; after
 // zombiePause, SIGCONT. Both instants are taken on the host's monotonic
@@ -518,13 +557,27 @@ func (r *run) pauseZombie(w *workerProc) {
 	delay := uniform(r.rng2, 0, 100*time.Millisecond)
 	r.mu.Unlock()
 	d := r.zombiePause()
-	time.Sleep(delay) // NB: when to stop the holder is the fault itself.
+	select {
+	case <-time.After(delay): // NB: when to stop the holder is the fault itself.
+	case <-r.stopping:
+		return
+	}
 	stop := MonoNow()
 	if err := w.p.signal(syscall.SIGSTOP); err != nil {
 		r.note("stopping zombie worker %d: %v", w.id, err)
 		return
 	}
-	time.Sleep(d) // NB: the pause itself is the fault; nothing to wait for.
+	select {
+	case <-time.After(d): // NB: the pause itself is the fault; nothing to wait for.
+	case <-r.stopping:
+		// The run ends: continue the worker now (the pause, recorded as
+		// it really was, may then be too short to make a zombie).
+	}
+	if w.marker != "" {
+		if err := setMarker(w.marker); err != nil {
+			r.note("setting zombie worker %d's marker: %v", w.id, err)
+		}
+	}
 	cont := MonoNow()
 	if err := w.p.signal(syscall.SIGCONT); err != nil {
 		r.note("continuing zombie worker %d: %v", w.id, err)
@@ -535,6 +588,10 @@ func (r *run) pauseZombie(w *workerProc) {
 // stopWorkers closes the workers' stdin (their signal to stop) and kills
 // those that do not exit in time.
 func (r *run) stopWorkers(ws []*workerProc) {
+	r.mu.Lock()
+	close(r.stopping)
+	r.mu.Unlock()
+	r.zombies.Wait()
 	for _, w := range ws {
 		_ = w.p.signal(syscall.SIGCONT)
 		w.mu.Lock()

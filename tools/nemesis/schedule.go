@@ -369,7 +369,8 @@ func (r *run) skewSchedule(ctx context.Context) {
 		}
 		r.applied(FaultClockSkew)
 		if cur, err := r.master(ctx); err != nil || cur != m {
-			continue // mastership moved while the clocks changed
+			r.note("skew: mastership moved from %d to %d while the clocks changed (%v)", m, cur, err)
+			continue
 		}
 		r.fault(FaultIsolateMaster, "isolate master %d, the one replica whose clock is right", m)
 		err = r.setEverywhere(context.Background(), transport.FaultState{Rules: []transport.Rule{{From: m, Partition: true}, {To: m, Partition: true}}})

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -48,6 +49,9 @@ type WorkerConfig struct {
 	// there are.
 	RegisterKeys int `json:"register_keys"`
 	Locks        int `json:"locks"`
+	// MarkerFile, for a zombie, is a 4-byte file the nemesis sets to
+	// non-zero while it has the zombie stopped.
+	MarkerFile string `json:"marker_file,omitempty"`
 	// GracePeriod is the client's grace period.
 	GracePeriod time.Duration `json:"grace_period"`
 }
@@ -93,6 +97,9 @@ type worker struct {
 	handles map[string]*client.Handle
 	// regWindow is the path prefix of the current register window.
 	regWindow string
+	// marker is the zombie's stop marker (nil: none, find the stop by a
+	// gap in the clock).
+	marker *atomic.Uint32
 }
 
 // RunWorker runs the worker described by cfg until ctx ends or in reaches
@@ -124,6 +131,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 		cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.ID))), log: log, ccfg: ccfg,
 		httpc: &http.Client{Timeout: opTimeout},
 		enc:   json.NewEncoder(out),
+	}
+	if cfg.MarkerFile != "" {
+		if w.marker, err = mapMarker(cfg.MarkerFile); err != nil {
+			log.Warn("zombie without a stop marker", "err", err)
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -391,8 +403,11 @@ func (w *worker) fencedOp(ctx context.Context) {
 	open, openErr := w.get(octx, "/open/", CounterKey(lk))
 	stale := false
 	if w.cfg.Role == RoleZombie {
+		if w.marker != nil {
+			w.marker.Store(0)
+		}
 		w.emit(Entry{Type: TypePause, Key: path, Gen: seq.Generation})
-		stopped := spinUntilStopped(ctx, ZombieSpin)
+		stopped := spinUntilStopped(ctx, ZombieSpin, w.marker)
 		intact := endHold()
 		stale = stopped && !intact
 	} else {
@@ -419,21 +434,30 @@ const ZombieSpin = 3 * time.Second
 // loop that does nothing else, long enough to mean the process was stopped.
 const stoppedGap = time.Second
 
-// spinUntilStopped loops, reading the clock, until it finds a gap that
-// shows the process was stopped (true) or max passes (false). It spins
+// spinUntilStopped loops until it finds that the process was stopped
+// (true) or max passes (false): until the nemesis set the marker, or, with
+// no marker, until two readings of the clock are far apart. It spins
 // rather than sleeps, and never yields, so that a SIGSTOP lands inside it
-// and the first thing the process does after SIGCONT is to notice. The
-// loop reads the runtime's monotonic clock (time.Now, no system call) so
-// that nothing in it waits on the scheduler.
-func spinUntilStopped(ctx context.Context, max time.Duration) bool {
+// and the first thing the process does after SIGCONT is to notice. With a
+// marker the loop is a plain memory load with no call in it, so it cannot
+// be preempted (zombies run with asynchronous preemption off) and it looks
+// at the lock before any other goroutine runs; it reads the clock only
+// every 2^16 rounds.
+func spinUntilStopped(ctx context.Context, max time.Duration, marker *atomic.Uint32) bool {
 	start := time.Now()
 	last := start
 	for n := 0; ; n++ {
-		now := time.Now()
-		if now.Sub(last) > stoppedGap {
+		if marker != nil && marker.Load() != 0 {
 			return true
 		}
-		if now.Sub(start) > max || (n%(1<<16) == 0 && ctx.Err() != nil) {
+		if n%(1<<16) != 0 {
+			continue
+		}
+		now := time.Now()
+		if marker == nil && now.Sub(last) > stoppedGap {
+			return true
+		}
+		if now.Sub(start) > max || ctx.Err() != nil {
 			return false
 		}
 		last = now
