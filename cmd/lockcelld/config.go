@@ -53,6 +53,11 @@ type fileConfig struct {
 	ClockScale float64 `json:"clock_scale,omitempty"`
 	// SyncDelay delays every fsync of the Paxos log (tests only).
 	SyncDelay string `json:"sync_delay,omitempty"`
+
+	// KeepAliveCadence is the longest the master parks a KeepAlive
+	// (cell.Config.KeepAliveCadence); empty means a twelfth of
+	// session_lease, a negative duration none (Chubby's rule).
+	KeepAliveCadence string `json:"keepalive_cadence,omitempty"`
 }
 
 func readFileConfig(file string) (*fileConfig, error) {
@@ -110,6 +115,9 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 		return cfg, err
 	}
 	if cfg.MaxSessionLease, err = duration("max_session_lease", fc.MaxSessionLease); err != nil {
+		return cfg, err
+	}
+	if cfg.KeepAliveCadence, err = duration("keepalive_cadence", fc.KeepAliveCadence); err != nil {
 		return cfg, err
 	}
 	if cfg.SyncDelay, err = duration("sync_delay", fc.SyncDelay); err != nil {
