@@ -1076,8 +1076,9 @@ func (l *loop) endFind() {
 // moveTo takes the result of a search for the master: the client moves to
 // the master found ("" if the search gave up), and a KeepAlive goes there
 // at once. If the master is where the client already is, the connection
-// is kept (the master may only be slow) unless that happened before too:
-// then the connection itself is suspect and is replaced.
+// is kept (the master may only be slow), unless that happened twice before
+// with no reply in between: then the connection itself is suspect and is
+// replaced.
 func (l *loop) moveTo(f foundMaster) {
 	if f.gen != l.findGen || !l.finding {
 		return // a search that was ended
@@ -1086,7 +1087,7 @@ func (l *loop) moveTo(f foundMaster) {
 	if f.addr == "" {
 		return
 	}
-	moved := l.s.c.moveTo(f.addr, l.stuck > 0)
+	moved := l.s.c.moveTo(f.addr, l.stuck >= 2)
 	if moved {
 		l.stuck = 0
 		l.movedAt = l.clock.Now()
