@@ -63,6 +63,11 @@ type fileConfig struct {
 	// a power failure (tests only: the fault-injection suite's proof that
 	// it sees lost acknowledged writes).
 	UnsafeNoFsync bool `json:"unsafe_no_fsync,omitempty"`
+
+	// KeepAliveCadence is the longest the master parks a KeepAlive
+	// (cell.Config.KeepAliveCadence); empty means a twelfth of
+	// session_lease, a negative duration none (Chubby's rule).
+	KeepAliveCadence string `json:"keepalive_cadence,omitempty"`
 }
 
 // ErrTestKnob is what a TestKnobError is (errors.Is).
@@ -156,6 +161,9 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 		return cfg, err
 	}
 	if cfg.MaxSessionLease, err = duration("max_session_lease", fc.MaxSessionLease); err != nil {
+		return cfg, err
+	}
+	if cfg.KeepAliveCadence, err = duration("keepalive_cadence", fc.KeepAliveCadence); err != nil {
 		return cfg, err
 	}
 	if cfg.SyncDelay, err = duration("sync_delay", fc.SyncDelay); err != nil {
