@@ -664,7 +664,7 @@ func (r *run) checkChecksums() *Violation {
 					break
 				}
 				if st.Checksum != ref.Checksum {
-					return &Violation{CheckerChecksums, fmt.Sprintf("replicas %d and %d applied slot %d with checksums %016x and %016x", ref.Replica, st.Replica, st.Applied, ref.Checksum, st.Checksum)}
+					return &Violation{CheckerChecksums, fmt.Sprintf("replicas %d and %d applied slot %d with checksums %s and %s", ref.Replica, st.Replica, st.Applied, ref.Checksum, st.Checksum)}
 				}
 			}
 			if same && ref.Applied > 0 {
