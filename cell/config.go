@@ -247,7 +247,7 @@ func (c Config) validate() error {
 			return bad("replica %d has address %q", id, addr)
 		}
 	}
-	return nil
+	return c.checkCertificate()
 }
 
 // replicaIDs returns the replica ids in increasing order.

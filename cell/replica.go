@@ -71,6 +71,8 @@ type Replica struct {
 	clock *cellClock
 	// progress holds the peers' latest progress reports (progress.go).
 	progress progressTable
+	// dirLock holds the data directory while the replica runs.
+	dirLock *dirLock
 
 	cancel   context.CancelFunc
 	stopping <-chan struct{} // closed when Close begins (the loop's context ends)
@@ -100,7 +102,10 @@ type proposal struct {
 // a damaged store aside and starts as a learner that votes in nothing until
 // it has rebuilt from its peers; Status and the status page say so. Start
 // returns an error wrapping ErrDataDir if DataDir belongs to another
-// replica or cell.
+// replica or cell, ErrDataDirInUse if a running replica holds it, and
+// ErrWrongCertificate (with ErrInvalidConfig) if Certificate is not this
+// replica's. A start that fails removes what it created in DataDir and
+// nothing else (a directory that held a store is left as it was).
 func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	cfg = cfg.populate()
 	if err := cfg.validate(); err != nil {
@@ -114,17 +119,34 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		done:     make(chan struct{}),
 		waiters:  map[paxos.ProposalID]*proposal{},
 	}
+	// A start that fails removes what it created (undo) and nothing else.
+	before := recordDir(cfg.DataDir)
+	failed := func(err error) (*Replica, error) {
+		r.closeResources()
+		if uerr := before.undo(); uerr != nil {
+			r.log.Warn("removing what the failed start created", "dir", cfg.DataDir, "err", uerr)
+		}
+		r.dirLock.release()
+		return nil, err
+	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		if !errors.Is(err, ErrDataDirInUse) {
+			_ = before.undo()
+		}
+		return nil, err
+	}
+	r.dirLock = lock
 	opener := &storeOpener{cfg: cfg, log: cfg.Logger, corrupt: r.onCorruption, openNS: func(db *pebble.DB) (*namespace.Store, error) {
 		return namespace.Open(db, namespace.Config{AdminPrincipal: r.cfg.AdminPrincipal, Logger: r.log})
 	}}
 	st, err := opener.open()
 	if err != nil {
-		return nil, err
+		return failed(err)
 	}
 	r.store, r.db, r.logdb, r.ns = st, st.db, st.logdb, st.ns
 	if err := r.open(ctx); err != nil {
-		r.closeResources()
-		return nil, err
+		return failed(err)
 	}
 	r.clock = newCellClock(cfg.wallClock, monotime.Real(), r.ns.Clock)
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -207,6 +229,7 @@ func (r *Replica) Close() error {
 			<-r.guardDone
 		}
 		r.closeResources()
+		r.dirLock.release()
 	})
 	return nil
 }

@@ -133,11 +133,11 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 			return
 		}
 		names := m.names.Load()
-		role := "follower"
+		role := api.RoleFollower
 		if names == m.id {
-			role = "master"
+			role = api.RoleMaster
 		}
-		resp = &api.CellStatusResponse{Cell: "fake", Replica: m.id, Master: names, Epoch: m.epoch.Load(), Role: role,
+		resp = &api.CellStatusResponse{Cell: "fake", Replica: m.id, Master: names, Epoch: api.Epoch(m.epoch.Load()), Role: role,
 			Replicas: []api.ReplicaStatus{{ID: m.id, Addr: m.addr, Master: names == m.id}}}
 	case api.MethodCreateSession:
 		resp = &api.CreateSessionResponse{Session: 7, Epoch: m.epoch.Load(), LeaseTimeout: int64(m.lease), Principal: "p", Tenant: "t",

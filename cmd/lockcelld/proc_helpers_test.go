@@ -284,7 +284,7 @@ func (c *procCell) setupTenant() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.waitMaster()
-	f, err := client.ReadConfigFile(filepath.Join(c.dir, "client.json"))
+	f, err := client.ReadConfigFile(filepath.Join(c.dir, "admin.json"))
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -534,7 +534,7 @@ func (c *Cluster) HealAll(ctx context.Context) error {
 
 // AdminClient dials the cell as its administrator.
 func (c *Cluster) AdminClient(ctx context.Context) (*client.Client, error) {
-	f, err := client.ReadConfigFile(filepath.Join(c.cellDir, "client.json"))
+	f, err := client.ReadConfigFile(filepath.Join(c.cellDir, "admin.json"))
 	if err != nil {
 		return nil, err
 	}
