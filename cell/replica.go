@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockcell/lockcell/api"
 	"log/slog"
 	"net"
 	"net/http"
@@ -68,8 +69,11 @@ type Replica struct {
 	guardDone chan struct{}
 	// clock stamps the commands this replica proposes (clock.go).
 	clock *cellClock
+	// progress holds the peers' latest progress reports (progress.go).
+	progress progressTable
 
 	cancel   context.CancelFunc
+	stopping <-chan struct{} // closed when Close begins (the loop's context ends)
 	done     chan struct{}
 	errMu    sync.Mutex
 	err      error
@@ -124,7 +128,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	r.clock = newCellClock(cfg.wallClock, monotime.Real(), r.ns.Clock)
 	loopCtx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
+	r.cancel, r.stopping = cancel, loopCtx.Done()
 	r.guardDone = make(chan struct{})
 	go r.run(loopCtx)
 	go r.syncGuard(loopCtx)
@@ -276,9 +280,10 @@ type Status struct {
 	// Sessions and LockWaiters are the master's live sessions and blocked
 	// Acquire calls (zero unless master).
 	Sessions, LockWaiters int
-	// Role is what the replica does: "master", "leader" (leading without a
-	// live lease), "candidate", "follower" or "learner (rebuilding)".
-	Role string
+	// Role is what the replica does (api.RoleMaster, RoleLeader for one
+	// leading without a live lease, RoleCandidate, RoleFollower, or
+	// RoleLearner while it rebuilds).
+	Role api.Role
 	// Rebuild describes the state this replica lost at start and its
 	// rebuild, or is nil if it started with its state.
 	Rebuild *RebuildStatus
@@ -404,6 +409,7 @@ func (r *Replica) run(ctx context.Context) {
 				r.node.Tick()
 			}
 			lastTick = lastTick.Add(n * interval)
+			r.maybeReportProgress(monotime.Now())
 		case pm := <-recv:
 			if err := r.step(pm); err != nil {
 				r.fail(err)
@@ -448,6 +454,10 @@ func (r *Replica) tickInterval() time.Duration {
 // core has stopped (a storage error, such as a snapshot that no longer
 // reads back): bad messages are counted and dropped.
 func (r *Replica) step(pm transport.PeerMessage) error {
+	if pm.Tag == tagProgress {
+		r.stepProgress(pm.From, pm.Decode)
+		return nil
+	}
 	if pm.Tag != tagPaxos {
 		r.metrics.badPeerMessages.Inc()
 		return nil

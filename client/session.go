@@ -797,28 +797,33 @@ func (l *loop) nextWake(now monotime.Time) monotime.Time {
 	return next
 }
 
-// start sends one KeepAlive on its own goroutine.
+// start sends one KeepAlive on its own goroutine. Its send time, from
+// which a reply's lease is counted, is now: the instant the loop last found
+// the session's state (a little before the request actually leaves, which
+// only shortens the lease it proves). A pause between that look and the
+// send therefore cannot make the KeepAlive look sent while the lease ran.
 func (l *loop) start(now monotime.Time) {
 	l.nextID++
 	id := l.nextID
 	ctx, cancel := context.WithCancel(context.Background())
 	l.live[id] = liveKA{cancel: cancel, expires: now.Add(l.grant)}
 	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack}
-	results, stop, clock := l.results, l.s.stop, l.clock
+	results, stop := l.results, l.s.stop
 	go func() {
 		defer cancel()
-		sent := clock.Now()
 		var resp api.KeepAliveResponse
 		_, err := l.s.c.rpcOnce(ctx, api.MethodKeepAlive, req, &resp)
 		select {
-		case results <- kaResult{id: id, sent: sent, resp: resp, err: err}:
+		case results <- kaResult{id: id, sent: now, resp: resp, err: err}:
 		case <-stop:
 		}
 	}()
 }
 
-// prove extends the local lease to at least from+d (shortened by the drift
-// bound); a session in jeopardy whose lease now runs again is safe.
+// prove records a KeepAlive reply that proves the lease lasts d (shortened
+// by the drift bound) from from, the request's send time: see extendLease
+// for when it extends the session's lease and when the session lapses
+// first. A session in jeopardy whose lease now runs again is safe.
 func (l *loop) prove(from monotime.Time, d time.Duration) {
 	if end := from.Add(l.s.shorten(d)); end.After(l.leaseEnd) {
 		l.leaseEnd = end
@@ -826,17 +831,36 @@ func (l *loop) prove(from monotime.Time, d time.Duration) {
 	l.probing = false
 	l.failures = 0
 	l.retryAt = 0
-	if l.s.extendLease(l.leaseEnd) {
+	if l.s.extendLease(from, l.leaseEnd) {
 		l.jeopardy = false
 		l.s.c.log.Info("client: session safe", "session", l.s.id)
 	}
 }
 
-// extendLease moves the local lease end forward to end; if the session was
-// in jeopardy and the lease now runs, it is safe again, and extendLease
+// extendLease records a proof, sent at from, that the lease runs until
+// end: it moves the local lease end forward to end; if the session was in
+// jeopardy and the lease now runs, it is safe again, and extendLease
 // reports true. Locks lost in jeopardy stay lost.
-func (s *Session) extendLease(end monotime.Time) bool {
+//
+// A proof extends a safe session's lease only if the lease is continuous:
+// it had not run out when the proof's request was sent, nor has it now. If
+// it had — the process was paused past the lease end, or the reply came
+// after it, and nobody happened to look in between — the session lapsed at
+// that deadline whatever the reply says: extendLease first makes the move
+// to jeopardy that the first look would have made (every held lock lost
+// for good, its context cancelled with ErrJeopardy) and only then takes
+// the session back to safe on the fresh lease. So the answers to "is the
+// session safe, is the lock held" depend on the clock alone, never on
+// whether anyone asked while the lease had run out: a lock context that
+// was Done by its deadline stays Done.
+func (s *Session) extendLease(from, end monotime.Time) bool {
 	s.mu.Lock()
+	var lapsed []*Lock
+	if exactLease && s.mu.state == StateSafe {
+		if now := s.clock.Now(); !from.Before(s.mu.leaseEnd) || !now.Before(s.mu.leaseEnd) {
+			lapsed = s.jeopardyLocked()
+		}
+	}
 	if end.After(s.mu.leaseEnd) {
 		s.mu.leaseEnd = end
 	}
@@ -848,6 +872,12 @@ func (s *Session) extendLease(end monotime.Time) bool {
 		s.emit(Event{Kind: EventSafe})
 	}
 	s.mu.Unlock()
+	if lapsed != nil {
+		for _, l := range lapsed {
+			l.lost(ErrJeopardy)
+		}
+		s.c.log.Info("client: session lapsed before a late KeepAlive reply", "session", s.id)
+	}
 	if again {
 		s.wakeWatchers("")
 	}
