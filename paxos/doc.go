@@ -12,7 +12,8 @@
 // # Protocol
 //
 // Ballots (round<<16 | replica ID) order proposers. A replica that hears no
-// leader for a randomised election timeout becomes a candidate: it runs
+// leader for a randomised election timeout, and whose pre-vote finds a
+// majority that no longer hears one either, becomes a candidate: it runs
 // Phase 1 (Prepare/Promise) once, for every slot from its first unchosen
 // slot onward; acceptors answer with everything they accepted there; the
 // new leader re-proposes, per slot, the value reported chosen or else the one
