@@ -506,87 +506,102 @@ func (s *sim) sample(ctx context.Context) {
 	}
 }
 
-// faults runs the fault schedule. At most a minority of the replicas is
-// crashed, stalled, paused or isolated at any time, so that a majority
-// can always elect a master and fail-overs end within the session lease.
+// fault is a fault in force: its kind (crash, stall, pause, isolate) and
+// when the schedule undoes it.
+type fault struct {
+	kind  string
+	until time.Time
+}
+
+// faults runs the fault schedule. Each step first undoes the faults whose
+// time is up, then may inject one: a crash, a stall (the run loop stops,
+// the network stays up), a pause (loop and network stop) or an isolation
+// from the peers, aimed at the master half of the time. A fault lasts
+// 0.5–3 s, or 5–40 s three times in ten (longer than the session lease
+// and the lock-delay together, so that a master that serves without its
+// lease has time to hand out what it no longer owns). At most a minority
+// of the replicas is faulty at once, so that a majority can always elect a
+// master and every fail-over ends within the session lease.
 func (s *sim) faults(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(s.cfg.Seed, 0))
 	ids := s.c.IDs()
-	down := map[uint64]string{} // id → crash, stall, pause, isolate
+	down := map[uint64]fault{}
 	minority := (len(ids) - 1) / 2
 	for step := 0; step < s.cfg.Steps && ctx.Err() == nil; step++ {
-		kind := []string{"crash", "stall", "pause", "isolate", "heal", "heal", "none"}[rng.IntN(7)]
+		for _, id := range ids {
+			f, ok := down[id]
+			if !ok || time.Now().Before(f.until) {
+				continue
+			}
+			delete(down, id)
+			undo := "restart"
+			switch f.kind {
+			case "crash":
+				s.c.Restart(id)
+			case "stall", "pause":
+				s.c.Resume(id)
+				undo = "resume"
+			case "isolate":
+				s.isolate(ids, down)
+				undo = "heal"
+			}
+			s.count(undo, false)
+			s.cfg.Logf("%v step %d: %s %d", simNow(), step, undo, id)
+		}
+		kind := []string{"crash", "stall", "pause", "isolate", "none", "none"}[rng.IntN(6)]
 		atMaster := rng.IntN(2) == 0
 		pick := ids[rng.IntN(len(ids))]
+		dur := time.Duration(500+rng.IntN(2500)) * time.Millisecond
+		if rng.IntN(10) < 3 {
+			dur = time.Duration(5000+rng.IntN(35000)) * time.Millisecond
+		}
+		wait := time.Duration(200+rng.IntN(2800)) * time.Millisecond
+		target := "replica"
 		if atMaster {
+			target = "master"
 			if m := s.c.Master(); m != nil {
 				pick = m.ID()
 			}
 		}
-		if kind != "heal" && kind != "none" && (len(down) >= minority || down[pick] != "") {
-			kind = "heal"
+		if _, ok := down[pick]; ok || len(down) >= minority {
+			kind = "none"
 		}
-		fmt.Fprintf(s.schedule, "%d:%s:%d;", step, kind, pick)
-		switch kind {
-		case "heal":
-			// Undo the oldest-numbered fault.
-			var undo []uint64
-			for id := range down {
-				undo = append(undo, id)
-			}
-			slices.Sort(undo)
-			if len(undo) == 0 {
-				kind = "none"
-				break
-			}
-			pick = undo[0]
-			switch down[pick] {
-			case "crash":
-				s.c.Restart(pick)
-				kind = "restart"
-			case "stall", "pause":
-				s.c.Resume(pick)
-				kind = "resume"
-			case "isolate":
-				delete(down, pick)
-				s.isolate(ids, down)
-				kind = "heal"
-			}
-			delete(down, pick)
-		case "crash":
-			s.c.Crash(pick)
-		case "stall":
-			s.c.Stall(pick)
-		case "pause":
-			s.c.Pause(pick)
-		case "isolate":
-			down[pick] = kind
-			s.isolate(ids, down)
-		}
+		fmt.Fprintf(s.schedule, "%d:%s:%s:%v;", step, kind, target, dur)
 		if kind != "none" {
-			down[pick] = kind
-			if kind == "restart" || kind == "resume" || kind == "heal" {
-				delete(down, pick)
+			down[pick] = fault{kind: kind, until: time.Now().Add(dur)}
+			switch kind {
+			case "crash":
+				s.c.Crash(pick)
+			case "stall":
+				s.c.Stall(pick)
+			case "pause":
+				s.c.Pause(pick)
+			case "isolate":
+				s.isolate(ids, down)
 			}
-			s.mu.Lock()
-			s.res.Faults[kind]++
-			if atMaster && kind != "restart" && kind != "resume" && kind != "heal" {
-				s.res.MasterFaults++
-			}
-			s.mu.Unlock()
+			s.count(kind, atMaster)
+			s.cfg.Logf("%v step %d: %s %d (the %s) for %v", simNow(), step, kind, pick, target, dur)
 		}
-		wait := time.Duration(200+rng.IntN(2800)) * time.Millisecond
-		s.cfg.Logf("%v step %d: %s %d (master fault %v); down %v; next in %v", simNow(), step, kind, pick, atMaster, down, wait)
 		time.Sleep(wait)
 	}
 }
 
+// count counts an injected fault (or its undoing).
+func (s *sim) count(kind string, atMaster bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.res.Faults[kind]++
+	if atMaster {
+		s.res.MasterFaults++
+	}
+}
+
 // isolate cuts every replica down names as isolated off from all others.
-func (s *sim) isolate(ids []uint64, down map[uint64]string) {
+func (s *sim) isolate(ids []uint64, down map[uint64]fault) {
 	var rest []uint64
 	groups := [][]uint64{nil}
 	for _, id := range ids {
-		if down[id] == "isolate" {
+		if down[id].kind == "isolate" {
 			groups = append(groups, []uint64{id})
 		} else {
 			rest = append(rest, id)
