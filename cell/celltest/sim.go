@@ -260,7 +260,9 @@ func (s *sim) connect(ctx context.Context, w *worker) error {
 		w.files = append(w.files, h)
 	}
 	for j := range s.cfg.Locks {
-		h, err := w.s.Open(ctx, "/t/lock"+strconv.Itoa(j), client.OpenOptions{Create: true})
+		// A lock-delay of 1 s (the default is 10 s) lets a lock pass on
+		// soon after its holder's session expired.
+		h, err := w.s.Open(ctx, "/t/lock"+strconv.Itoa(j), client.OpenOptions{Create: true, LockDelay: time.Second})
 		if err != nil {
 			return err
 		}
@@ -326,7 +328,11 @@ func outcome(err error) string {
 	}
 }
 
-// work runs client w's operations until ctx ends.
+// work runs client w's operations until ctx ends. Client 0 is steady: it
+// never restarts and seldom releases a lock it holds, so it stays with the
+// replica it found and holds locks for long, while the others restart now
+// and then and so find the current master: between them, a deposed master
+// that goes on serving meets clients of the new one.
 func (s *sim) work(ctx context.Context, w *worker) {
 	for ctx.Err() == nil {
 		if w.s.State() == client.StateExpired {
@@ -334,16 +340,24 @@ func (s *sim) work(ctx context.Context, w *worker) {
 		}
 		opCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		op := w.rng.IntN(100)
+		j := w.rng.IntN(s.cfg.Locks)
+		if w.id == 0 && op >= 70 && w.mine[j] != nil && op < 97 {
+			op = 50 // the steady client mostly keeps what it holds
+		}
 		var desc string
 		switch {
-		case op < 10:
+		case op < 5:
+			if w.id == 0 {
+				desc = "stay"
+				break
+			}
 			desc = s.restart(ctx, w)
 		case op < 40:
 			desc = s.write(opCtx, w)
 		case op < 70:
 			desc = s.read(opCtx, w, w.rng.IntN(s.cfg.Clients))
 		default:
-			desc = s.lockOp(opCtx, w, w.rng.IntN(s.cfg.Locks))
+			desc = s.lockOp(opCtx, w, j)
 		}
 		cancel()
 		fmt.Fprintf(w.trace, "%s;", desc)
