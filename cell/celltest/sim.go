@@ -237,6 +237,10 @@ func (s *sim) newWorker(ctx context.Context, i int) (*worker, error) {
 // client finds the master), a new session and new handles.
 func (s *sim) connect(ctx context.Context, w *worker) error {
 	cfg := s.c.ClientConfig("", "c"+strconv.Itoa(w.id))
+	// The steady client caches what it reads: its reads are answered
+	// locally until the master invalidates them, which a new master may
+	// do only after its fail-over barrier.
+	cfg.Cache = w.id == 0
 	cfg.OnEvent = func(sess *client.Session, ev client.Event) {
 		if ev.Kind != client.EventNode {
 			s.cfg.Logf("%v client %d: session %d: %v (%v)", simNow(), w.id, sess.ID(), ev, sess.Err())
@@ -329,7 +333,9 @@ func outcome(err error) string {
 }
 
 // work runs client w's operations until ctx ends. Client 0 is steady: it
-// never restarts and seldom releases a lock it holds, so it stays with the
+// caches file contents, reads and never writes (a write to a master that
+// just died would keep it waiting), never restarts and seldom releases a
+// lock it holds, so it stays with the
 // replica it found and holds locks for long, while the others restart now
 // and then and so find the current master: between them, a deposed master
 // that goes on serving meets clients of the new one.
@@ -352,7 +358,7 @@ func (s *sim) work(ctx context.Context, w *worker) {
 				break
 			}
 			desc = s.restart(ctx, w)
-		case op < 40:
+		case op < 40 && w.id != 0:
 			desc = s.write(opCtx, w)
 		case op < 70:
 			desc = s.read(opCtx, w, w.rng.IntN(s.cfg.Clients))
