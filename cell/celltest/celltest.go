@@ -22,7 +22,9 @@
 //     partition: their packets vanish) while its peers still reach it.
 //   - Pause freezes a replica: its run loop stops and its network address
 //     becomes a black hole, as a stopped process looks to everyone else;
-//     Resume lets it go on, with the time that passed meanwhile.
+//     Stall stops only its run loop (a stuck fsync), so that clients still
+//     reach its handlers; Resume lets it go on, with the time that passed
+//     meanwhile.
 //   - Options.ClockScale gives a replica a clock that runs fast or slow.
 //
 // Life cycle: Start registers Close with t.Cleanup; under synctest every
@@ -95,7 +97,7 @@ type Cell struct {
 	mu struct {
 		sync.Mutex
 		replicas map[uint64]*cell.Replica
-		paused   map[uint64]chan struct{} // closed by Resume
+		paused   map[uint64]pause
 		nextPort int
 		clients  []*client.Client
 	}
@@ -131,7 +133,7 @@ func Start(t testing.TB, opts Options) *Cell {
 		net: &memnet.Network{}, faults: transport.NewFaults(opts.Seed), addrs: map[uint64]string{},
 	}
 	c.mu.replicas = map[uint64]*cell.Replica{}
-	c.mu.paused = map[uint64]chan struct{}{}
+	c.mu.paused = map[uint64]pause{}
 	for id := uint64(1); id <= uint64(opts.Replicas); id++ {
 		c.ids = append(c.ids, id)
 		c.addrs[id] = Addr(id)
@@ -370,45 +372,66 @@ func (c *Cell) CutClients(id uint64, cut bool) {
 // Heal removes every partition and client cut (not pauses).
 func (c *Cell) Heal() { c.faults.Heal() }
 
+// pause is a stalled replica's release and whether its address was made a
+// black hole.
+type pause struct {
+	resume  chan struct{}
+	blocked bool
+}
+
 // Pause freezes running replica id until Resume: its run loop stops (as
 // if its process were stopped) and its address becomes a black hole.
 // Pausing a paused or crashed replica does nothing.
-func (c *Cell) Pause(id uint64) {
+func (c *Cell) Pause(id uint64) { c.stall(id, true) }
+
+// Stall stops running replica id's run loop until Resume, as a stuck
+// fsync or a long GC pause would, while its endpoint and RPC handlers go
+// on: clients still reach it, and it must refuse them once its master
+// lease has run out. Stalling a paused or crashed replica does nothing.
+func (c *Cell) Stall(id uint64) { c.stall(id, false) }
+
+func (c *Cell) stall(id uint64, block bool) {
 	c.mu.Lock()
 	r := c.mu.replicas[id]
-	if r == nil || c.mu.paused[id] != nil {
+	if _, ok := c.mu.paused[id]; r == nil || ok {
 		c.mu.Unlock()
 		return
 	}
-	resume := make(chan struct{})
-	c.mu.paused[id] = resume
+	p := pause{resume: make(chan struct{}), blocked: block}
+	c.mu.paused[id] = p
 	c.mu.Unlock()
-	_ = c.net.Block(c.addrs[id], true)
+	if block {
+		_ = c.net.Block(c.addrs[id], true)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := r.Stall(ctx, resume); err != nil {
-		c.t.Logf("celltest: pausing replica %d: %v", id, err)
+	if err := r.Stall(ctx, p.resume); err != nil {
+		c.t.Logf("celltest: stalling replica %d: %v", id, err)
 	}
 }
 
-// Resume lets paused replica id run again. Resuming a running replica
-// does nothing.
+// Resume lets paused or stalled replica id run again. Resuming a running
+// replica does nothing.
 func (c *Cell) Resume(id uint64) {
 	c.mu.Lock()
-	resume := c.mu.paused[id]
+	p, ok := c.mu.paused[id]
 	delete(c.mu.paused, id)
 	c.mu.Unlock()
-	if resume != nil {
-		_ = c.net.Block(c.addrs[id], false)
-		close(resume)
+	if !ok {
+		return
 	}
+	if p.blocked {
+		_ = c.net.Block(c.addrs[id], false)
+	}
+	close(p.resume)
 }
 
-// Paused reports whether replica id is paused.
+// Paused reports whether replica id is paused or stalled.
 func (c *Cell) Paused(id uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.mu.paused[id] != nil
+	_, ok := c.mu.paused[id]
+	return ok
 }
 
 // ClientCertificate issues a client certificate for tenant/principal.
