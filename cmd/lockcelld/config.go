@@ -47,6 +47,10 @@ type fileConfig struct {
 	// (the same on every replica); empty means session_lease.
 	MaxSessionLease string `json:"max_session_lease,omitempty"`
 	SnapshotEvery   uint64 `json:"snapshot_every,omitempty"`
+	// KeepAliveCadence is the longest the master parks a KeepAlive
+	// (cell.Config.KeepAliveCadence); empty means a twelfth of
+	// session_lease, a negative duration none (Chubby's rule).
+	KeepAliveCadence string `json:"keepalive_cadence,omitempty"`
 	// FaultInjection serves /debug/faults on the HTTP listener (test cells
 	// only: it lets anyone who reaches that listener partition the cell).
 	FaultInjection bool `json:"fault_injection,omitempty"`
@@ -63,11 +67,6 @@ type fileConfig struct {
 	// a power failure (tests only: the fault-injection suite's proof that
 	// it sees lost acknowledged writes).
 	UnsafeNoFsync bool `json:"unsafe_no_fsync,omitempty"`
-
-	// KeepAliveCadence is the longest the master parks a KeepAlive
-	// (cell.Config.KeepAliveCadence); empty means a twelfth of
-	// session_lease, a negative duration none (Chubby's rule).
-	KeepAliveCadence string `json:"keepalive_cadence,omitempty"`
 }
 
 // ErrTestKnob is what a TestKnobError is (errors.Is).
