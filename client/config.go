@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,6 +93,12 @@ type Config struct {
 	Cache bool
 	// Logger receives the client's logs. If nil, slog.Default().
 	Logger *slog.Logger
+	// PacketConn, if set, is called for every connection the client makes
+	// and returns the socket to carry it, instead of a new UDP socket: tests
+	// with an in-process network (transport/memnet, cell/celltest) set it.
+	// The connection takes ownership of what it returns, so it must return a
+	// fresh one on every call.
+	PacketConn func() (net.PacketConn, error)
 
 	// clock is the monotonic clock of the sessions' lease accounting,
 	// KeepAlive timers and grace period. It is not a user setting (a wrong

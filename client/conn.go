@@ -313,10 +313,21 @@ func (c *Client) dial(ctx context.Context, addrs []string, start int, delay time
 			return nil, ErrClosed
 		}
 	}
-	return transport.Dial(ctx, transport.DialConfig{
-		Addrs: addrs, Start: start, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
+	return c.dialConfig(ctx, transport.DialConfig{Addrs: addrs, Start: start})
+}
+
+// dialConfig dials with dc completed from the client's Config.
+func (c *Client) dialConfig(ctx context.Context, dc transport.DialConfig) (*transport.ClientConn, error) {
+	dc.CA, dc.Certificate, dc.Logger = c.cfg.CA, c.cfg.Certificate, c.log
+	dc.HandshakeTimeout, dc.IdleTimeout = c.cfg.HandshakeTimeout, c.cfg.IdleTimeout
+	if c.cfg.PacketConn != nil {
+		pc, err := c.cfg.PacketConn()
+		if err != nil {
+			return nil, fmt.Errorf("client: opening a socket: %w", err)
+		}
+		dc.PacketConn = pc
+	}
+	return transport.Dial(ctx, dc)
 }
 
 // drop forgets cc (if it is still current) and closes it; hint, if not

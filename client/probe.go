@@ -105,7 +105,7 @@ func (c *Client) diagnose(answers []replicaAnswer, patience time.Duration) error
 		case a.status != nil:
 			d := fmt.Sprintf("replica %d (%s", a.replica, a.addr)
 			if a.status.Role != "" {
-				d += ", " + a.status.Role
+				d += ", " + string(a.status.Role)
 			}
 			if a.status.Master != 0 && a.status.Master != a.status.Replica {
 				d += fmt.Sprintf(", believes replica %d is master", a.status.Master)
@@ -153,7 +153,7 @@ func (c *Client) diagnose(answers []replicaAnswer, patience time.Duration) error
 // an old master's lease, or has lost its quorum - reports the role
 // "leader"; a replica that reports no role is taken at its word.
 func servesAsMaster(st *api.CellStatusResponse) bool {
-	return st.Master != 0 && st.Master == st.Replica && (st.Role == "master" || st.Role == "")
+	return st.Master != 0 && st.Master == st.Replica && (st.Role == api.RoleMaster || st.Role == "")
 }
 
 // certProblem describes the verification failure inside err, naming the
