@@ -32,7 +32,7 @@ import (
 // replicaAnswer is what probing one replica found.
 type replicaAnswer struct {
 	addr    string
-	replica uint64 // the id its certificate proved; 0 if the handshake failed
+	replica uint64 // the id it answered with; 0 if it did not answer
 	status  *api.CellStatusResponse
 	err     error
 }
@@ -53,41 +53,11 @@ func (c *Client) probe(ctx context.Context) []replicaAnswer {
 }
 
 func (c *Client) probeOne(ctx context.Context, addr string) replicaAnswer {
-	a := replicaAnswer{addr: addr}
-	cc, err := transport.Dial(ctx, transport.DialConfig{
-		Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
+	st, err := c.askStatus(ctx, addr)
 	if err != nil {
-		a.err = err
-		return a
+		return replicaAnswer{addr: addr, err: err}
 	}
-	defer cc.Close()
-	a.replica = cc.ReplicaID()
-	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: c.cfg.Token})
-	if err != nil {
-		a.err = err
-		return a
-	}
-	switch f.Tag {
-	case api.ReplyOK:
-		var st api.CellStatusResponse
-		if err := f.Decode(&st); err != nil {
-			a.err = err
-			return a
-		}
-		a.status = &st
-	case api.ReplyError:
-		ae := &api.Error{}
-		if err := f.Decode(ae); err != nil {
-			a.err = err
-			return a
-		}
-		a.err = ae
-	default:
-		a.err = fmt.Errorf("unexpected reply tag %#x", f.Tag)
-	}
-	return a
+	return replicaAnswer{addr: addr, replica: st.Replica, status: &st}
 }
 
 // diagnose turns the answers into the error that explains why there is no
@@ -121,8 +91,9 @@ func (c *Client) diagnose(answers []replicaAnswer, patience time.Duration) error
 			badAddrs = append(badAddrs, a.addr)
 		case refusedOurCertificate(a.err):
 			refusedCert = append(refusedCert, a.addr)
-		case a.err != nil && a.replica != 0:
-			answered = append(answered, fmt.Sprintf("replica %d (%s, %v)", a.replica, a.addr, a.err))
+		case errors.As(a.err, new(*api.Error)):
+			// It answered, with an error.
+			answered = append(answered, fmt.Sprintf("%s (%v)", a.addr, a.err))
 		default:
 			silent = append(silent, a.addr)
 		}
