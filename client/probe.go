@@ -32,7 +32,7 @@ import (
 // replicaAnswer is what probing one replica found.
 type replicaAnswer struct {
 	addr    string
-	replica uint64 // the id it answered with; 0 if it did not answer
+	replica uint64 // the id its certificate proved; 0 if the handshake failed
 	status  *api.CellStatusResponse
 	err     error
 }
@@ -53,11 +53,8 @@ func (c *Client) probe(ctx context.Context) []replicaAnswer {
 }
 
 func (c *Client) probeOne(ctx context.Context, addr string) replicaAnswer {
-	st, err := c.askStatus(ctx, addr)
-	if err != nil {
-		return replicaAnswer{addr: addr, err: err}
-	}
-	return replicaAnswer{addr: addr, replica: st.Replica, status: &st}
+	st, id, err := cellStatusAt(ctx, c.cfg, addr)
+	return replicaAnswer{addr: addr, replica: id, status: st, err: err}
 }
 
 // diagnose turns the answers into the error that explains why there is no
@@ -91,9 +88,8 @@ func (c *Client) diagnose(answers []replicaAnswer, patience time.Duration) error
 			badAddrs = append(badAddrs, a.addr)
 		case refusedOurCertificate(a.err):
 			refusedCert = append(refusedCert, a.addr)
-		case errors.As(a.err, new(*api.Error)):
-			// It answered, with an error.
-			answered = append(answered, fmt.Sprintf("%s (%v)", a.addr, a.err))
+		case a.err != nil && a.replica != 0:
+			answered = append(answered, fmt.Sprintf("replica %d (%s, %v)", a.replica, a.addr, a.err))
 		default:
 			silent = append(silent, a.addr)
 		}
