@@ -981,10 +981,19 @@ func (l *loop) handle(r kaResult) {
 		if len(l.live) == 0 {
 			l.probing = false
 		}
+		named := errors.As(r.err, &ae) && ae.Code == api.NotMaster && ae.Master != ""
+		if named && l.failures == 0 {
+			// A deposed master named its successor (rpcOnce pointed the
+			// client there): go there at once, without a backoff (but
+			// only once in a row: two replicas may name each other).
+			l.failures = 1
+			l.kicked = true
+			break
+		}
 		l.backoff()
-		if r.sent >= l.movedAt && !(errors.As(r.err, &ae) && ae.Code == api.NotMaster && ae.Master != "") {
-			// No successor named (rpcOnce follows a named one): ask
-			// every replica rather than try them one by one.
+		if !named && r.sent >= l.movedAt {
+			// No successor named: ask every replica at once rather than
+			// try them one by one.
 			l.find()
 		}
 	}

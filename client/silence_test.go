@@ -1,12 +1,80 @@
 package client_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/monotime"
 )
+
+// failoverFixture is a client of fake master A, with B beside it (a
+// follower that knows A as master) and a lock held through A; the
+// client's clock is the test's.
+type failoverFixture struct {
+	a, b *fakeMaster
+	clk  *pauseClock
+	t0   monotime.Time
+	s    *client.Session
+	mu   *client.Mutex
+	l    *client.Lock
+	// parked is the client's KeepAlive parked at A.
+	parked *pending
+}
+
+func newFailoverFixture(t *testing.T, ctx context.Context, cadence time.Duration) *failoverFixture {
+	t.Helper()
+	ca, err := certs.NewCA("fake", certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &failoverFixture{
+		a:   startFakeMasterOpts(t, fakeLease, false, fakeOpts{ca: ca, id: 1, cadence: cadence}),
+		b:   startFakeMasterOpts(t, fakeLease, false, fakeOpts{ca: ca, id: 2, cadence: cadence}),
+		clk: newPauseClock(),
+	}
+	f.b.names.Store(1)
+	cfg := f.a.config(t, fakeDrift, f.clk)
+	cfg.Addrs = []string{f.a.addr, f.b.addr}
+	cfg.IdleTimeout = time.Minute // the transport tells nothing in time
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	f.t0 = f.clk.Now()
+	if f.s, err = c.NewSession(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.mu = client.NewMutex(f.s, "/t/failover")
+	if f.l, err = f.mu.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.parked = f.a.nextKA(t, ctx)
+	return f
+}
+
+// promoteB makes B the serving master of epoch 2.
+func (f *failoverFixture) promoteB() {
+	f.b.epoch.Store(2)
+	f.b.names.Store(2)
+}
+
+// expectMoved checks that the KeepAlive ka that reached B finds the
+// session safe with its lock, and that B's reply keeps it so.
+func (f *failoverFixture) expectMoved(t *testing.T, ctx context.Context, ka *pending) {
+	t.Helper()
+	if st := f.s.State(); st != client.StateSafe || f.l.Err() != nil {
+		t.Fatalf("after moving to the new master: state %v, lock %v", st, f.l.Err())
+	}
+	f.b.answer(t, ctx, ka, 0, fakeLease)
+	if f.s.Epoch() != 2 || f.s.State() != client.StateSafe || f.l.Err() != nil || f.mu.Held() != f.l {
+		t.Fatalf("after the new master's reply: epoch %d, state %v, lock %v", f.s.Epoch(), f.s.State(), f.l.Err())
+	}
+}
 
 // TestSilentMasterSearch pins dead-master detection on the injected
 // clock: the client's master (A) announced a 1 s KeepAlive cadence, parks
@@ -19,60 +87,61 @@ import (
 func TestSilentMasterSearch(t *testing.T) {
 	const cadence = time.Second
 	ctx := testCtx(t, 60*time.Second)
-	ca, err := certs.NewCA("fake", certs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := startFakeMasterOpts(t, fakeLease, false, fakeOpts{ca: ca, id: 1, cadence: cadence})
-	b := startFakeMasterOpts(t, fakeLease, false, fakeOpts{ca: ca, id: 2, cadence: cadence})
-	b.names.Store(1) // a follower that knows A as master
-	clk := newPauseClock()
-	cfg := a.config(t, fakeDrift, clk)
-	cfg.Addrs = []string{a.addr, b.addr}
-	cfg.IdleTimeout = time.Minute
-	c, err := client.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	t0 := clk.Now()
-	s, err := c.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu := client.NewMutex(s, "/t/silent")
-	l, err := mu.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.nextKA(t, ctx) // parked at A for good
-	// A dies; B takes over as master of a new epoch.
-	a.dead.Store(true)
-	b.epoch.Store(2)
-	b.names.Store(2)
+	f := newFailoverFixture(t, ctx, cadence)
+	f.a.dead.Store(true)
+	f.promoteB()
 	// Time passes: the cadence and the margin, then in small steps (the
 	// loop may not have armed its timer yet), never near the lease's end.
 	silence := cadence + client.SilenceMargin(cadence)
-	clk.Advance(silence)
+	f.clk.Advance(silence)
 	var ka *pending
-	for step := 0; ka == nil; step++ {
+	for ka == nil {
 		select {
-		case ka = <-b.kas:
+		case ka = <-f.b.kas:
 		case <-time.After(50 * time.Millisecond):
-			if clk.Now().Sub(t0) > shortened(fakeLease)/2 {
+			if f.clk.Now().Sub(f.t0) > shortened(fakeLease)/2 {
 				t.Fatalf("no KeepAlive reached the new master within %v of a silence of %v (the client never looked for it)",
-					clk.Now().Sub(t0), silence)
+					f.clk.Now().Sub(f.t0), silence)
 			}
-			clk.Advance(10 * time.Millisecond)
+			f.clk.Advance(10 * time.Millisecond)
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
 		}
 	}
-	if st := s.State(); st != client.StateSafe || l.Err() != nil {
-		t.Fatalf("after moving to the new master: state %v, lock %v", st, l.Err())
-	}
-	b.answer(t, ctx, ka, cadence, fakeLease)
-	if s.Epoch() != 2 || s.State() != client.StateSafe || l.Err() != nil || mu.Held() != l {
-		t.Fatalf("after the new master's reply: epoch %d, state %v, lock %v", s.Epoch(), s.State(), l.Err())
+	f.expectMoved(t, ctx, ka)
+}
+
+// TestDeposedMasterRedirects: a master that stops serving answers the
+// parked KeepAlive NotMaster at once, naming its successor if it knows
+// one. The client's next KeepAlive goes to the successor without waiting
+// for anything — the clock does not move in this test, so a backoff or a
+// silence timer would never end: the named successor is dialled at once,
+// and without a name every replica is asked at once.
+func TestDeposedMasterRedirects(t *testing.T) {
+	for _, named := range []bool{true, false} {
+		name := "unnamed"
+		if named {
+			name = "named"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			f := newFailoverFixture(t, ctx, time.Second)
+			f.promoteB()
+			e := &api.Error{Code: api.NotMaster, Msg: "stepped down"}
+			if named {
+				e.Master = f.b.addr
+			} else {
+				f.a.names.Store(0) // it knows no master now
+			}
+			f.parked.reply <- e
+			select {
+			case ka := <-f.b.kas:
+				f.expectMoved(t, ctx, ka)
+			case <-time.After(20 * time.Second):
+				t.Fatal("no KeepAlive reached the new master (the client waits for a timer)")
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			}
+		})
 	}
 }
