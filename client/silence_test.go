@@ -25,7 +25,9 @@ type failoverFixture struct {
 	parked *pending
 }
 
-func newFailoverFixture(t *testing.T, ctx context.Context, cadence time.Duration) *failoverFixture {
+// newFailoverFixture starts the fixture; the client knows both replicas'
+// addresses unless onlyA.
+func newFailoverFixture(t *testing.T, ctx context.Context, cadence time.Duration, onlyA bool) *failoverFixture {
 	t.Helper()
 	ca, err := certs.NewCA("fake", certs.Options{})
 	if err != nil {
@@ -39,6 +41,9 @@ func newFailoverFixture(t *testing.T, ctx context.Context, cadence time.Duration
 	f.b.names.Store(1)
 	cfg := f.a.config(t, fakeDrift, f.clk)
 	cfg.Addrs = []string{f.a.addr, f.b.addr}
+	if onlyA {
+		cfg.Addrs = cfg.Addrs[:1]
+	}
 	cfg.IdleTimeout = time.Minute // the transport tells nothing in time
 	c, err := client.Dial(ctx, cfg)
 	if err != nil {
@@ -87,7 +92,7 @@ func (f *failoverFixture) expectMoved(t *testing.T, ctx context.Context, ka *pen
 func TestSilentMasterSearch(t *testing.T) {
 	const cadence = time.Second
 	ctx := testCtx(t, 60*time.Second)
-	f := newFailoverFixture(t, ctx, cadence)
+	f := newFailoverFixture(t, ctx, cadence, false)
 	f.a.dead.Store(true)
 	f.promoteB()
 	// Time passes: the cadence and the margin, then in small steps (the
@@ -125,7 +130,7 @@ func TestDeposedMasterRedirects(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
-			f := newFailoverFixture(t, ctx, time.Second)
+			f := newFailoverFixture(t, ctx, time.Second, false)
 			f.promoteB()
 			e := &api.Error{Code: api.NotMaster, Msg: "stepped down"}
 			if named {
@@ -143,5 +148,26 @@ func TestDeposedMasterRedirects(t *testing.T) {
 				t.Fatal(ctx.Err())
 			}
 		})
+	}
+}
+
+// TestSearchLearnsReplicas: a client given only its first master's
+// address still finds the new master: the deposed master knows no
+// successor, but its status lists the other replicas, and the search asks
+// them too.
+func TestSearchLearnsReplicas(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	f := newFailoverFixture(t, ctx, time.Second, true)
+	f.a.peer.Store(f.b.addr)
+	f.a.names.Store(0)
+	f.promoteB()
+	f.parked.reply <- &api.Error{Code: api.NotMaster, Msg: "lost the master lease"}
+	select {
+	case ka := <-f.b.kas:
+		f.expectMoved(t, ctx, ka)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no KeepAlive reached the new master (the search never asked the replicas A listed)")
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
 	}
 }

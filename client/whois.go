@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -54,16 +55,25 @@ type statusAnswer struct {
 // findServingMaster asks every replica in parallel, round after round,
 // until one answers that it serves as master, and returns the address it
 // was reached at. Among several (an old master that has not yet noticed
-// its lease ended), the one with the highest epoch wins. It returns ctx's
-// error (wrapped) if ctx ends first, ErrClosed once the client is closed.
+// its lease ended), the one with the highest epoch wins. Replicas are
+// Config.Addrs and every address the answers list, so a client given only
+// some of the replicas still finds a master among the others. It returns
+// ctx's error (wrapped) if ctx ends first, ErrClosed once the client is
+// closed.
 func (c *Client) findServingMaster(ctx context.Context) (string, error) {
+	addrs := slices.Clone(c.cfg.Addrs)
 	for round := 1; ; round++ {
-		addr, err := c.whoisRound(ctx)
+		addr, learned, err := c.whoisRound(ctx, addrs)
 		if err == nil {
 			return addr, nil
 		}
 		if errors.Is(err, ErrClosed) || ctx.Err() != nil {
 			return "", err
+		}
+		for _, a := range learned {
+			if !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
 		}
 		pause := min(c.cfg.ReconnectMin<<min(round-1, 10), whoisPauseMax)
 		t := time.NewTimer(pause)
@@ -79,14 +89,14 @@ func (c *Client) findServingMaster(ctx context.Context) (string, error) {
 	}
 }
 
-// whoisRound asks every replica once, in parallel. It returns as soon as a
-// replica answered as serving master and a majority of the replicas have
-// answered (so that a newer master known to the majority is not missed),
-// or when every replica has answered or the round timed out.
-func (c *Client) whoisRound(ctx context.Context) (string, error) {
+// whoisRound asks every replica at addrs once, in parallel. It returns as
+// soon as a replica answered as serving master and a majority of the
+// replicas have answered (so that a newer master known to the majority is
+// not missed), or when every replica has answered or the round timed out.
+// It also returns the replica addresses the answers listed.
+func (c *Client) whoisRound(ctx context.Context, addrs []string) (master string, learned []string, err error) {
 	rctx, cancel := context.WithTimeout(ctx, whoisRoundTimeout)
 	defer cancel()
-	addrs := c.cfg.Addrs
 	answers := make(chan statusAnswer, len(addrs))
 	for _, a := range addrs {
 		go func() {
@@ -95,31 +105,37 @@ func (c *Client) whoisRound(ctx context.Context) (string, error) {
 		}()
 	}
 	var best statusAnswer
-	heard, errs := 0, 0
+	heard, errs, cellSize := 0, 0, len(addrs)
 	for range addrs {
 		var a statusAnswer
 		select {
 		case a = <-answers:
 		case <-c.ctx.Done():
-			return "", ErrClosed
+			return "", nil, ErrClosed
 		}
 		if a.err != nil {
 			errs++
 		} else {
 			heard++
+			cellSize = max(cellSize, len(a.st.Replicas))
+			for _, r := range a.st.Replicas {
+				if r.Addr != "" {
+					learned = append(learned, r.Addr)
+				}
+			}
 			if a.st.Master != 0 && a.st.Master == a.st.Replica && a.st.Role == "master" &&
 				(best.addr == "" || a.st.Epoch > best.st.Epoch) {
 				best = a
 			}
 		}
-		if best.addr != "" && heard > len(addrs)/2 {
+		if best.addr != "" && heard > cellSize/2 {
 			break
 		}
 	}
 	if best.addr == "" {
-		return "", fmt.Errorf("%w (%d answered, %d did not)", errNoServingMaster, heard, errs)
+		return "", learned, fmt.Errorf("%w (%d answered, %d did not)", errNoServingMaster, heard, errs)
 	}
-	return best.addr, nil
+	return best.addr, learned, nil
 }
 
 // askStatus asks the replica at addr for the cell's status on a
