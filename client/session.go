@@ -111,11 +111,11 @@ func (e Event) String() string {
 // one as soon as a reply arrives, so a healthy session always holds a
 // proof of its lease. A KeepAlive unanswered past the master's cadence and
 // SilenceMargin sends the loop looking for the master among all replicas
-// (see whois.go); the lease rules do not change with it. If a reply is late (shortly
-// before the local lease would run out), the loop sends two KeepAlives back
-// to back: the master renews the lease when each arrives and answers the one
-// the other replaced at once (Aborted), which proves a renewal no earlier
-// than that one's send time.
+// (see whois.go); the lease rules do not change with it. If a reply is
+// late (shortly before the local lease would run out), the loop sends two
+// KeepAlives back to back: the master renews the lease when each arrives
+// and answers the one the other replaced at once (Aborted), which proves a
+// renewal no earlier than that one's send time.
 //
 // When the local lease runs out the session is in jeopardy: every lock's
 // context is cancelled, the cache is emptied, calls wait, and the loop looks

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -167,6 +168,94 @@ func TestSearchLearnsReplicas(t *testing.T) {
 		f.expectMoved(t, ctx, ka)
 	case <-time.After(20 * time.Second):
 		t.Fatal("no KeepAlive reached the new master (the search never asked the replicas A listed)")
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+}
+
+// TestMoveInterruptsDialToDeadReplica: when the search finds the master
+// while the client is dialing a replica that is down (whose handshake
+// would take a whole handshake timeout, a minute here, to fail), the dial
+// gives way and the client goes to the master at once.
+func TestMoveInterruptsDialToDeadReplica(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	ca, err := certs.NewCA("fake", certs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startFakeMasterOpts(t, fakeLease, false, fakeOpts{ca: ca, id: 1, cadence: time.Second})
+	b := startFakeMasterOpts(t, fakeLease, false, fakeOpts{ca: ca, id: 2, cadence: time.Second})
+	b.names.Store(1)
+	// d is a replica that is down: its packets go nowhere.
+	d, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	dialed := make(chan struct{})
+	go func() {
+		buf := make([]byte, 2048)
+		if _, _, err := d.ReadFrom(buf); err == nil {
+			close(dialed)
+		}
+	}()
+	clk := newPauseClock()
+	cfg := a.config(t, fakeDrift, clk)
+	// The first dial takes A; the next one, without a hint, starts at d.
+	cfg.Addrs = []string{a.addr, d.LocalAddr().String(), b.addr}
+	cfg.IdleTimeout = time.Minute
+	cfg.HandshakeTimeout = time.Minute
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := client.NewMutex(s, "/t/dial").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A steps down knowing no successor; nobody serves yet.
+	a.names.Store(0)
+	a.nextKA(t, ctx).reply <- &api.Error{Code: api.NotMaster, Msg: "stepped down"}
+	// Calls now (once the client dropped A's connection) dial, starting
+	// at the dead replica.
+	cctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() {
+		for cctx.Err() == nil {
+			_, _, _ = s.CheckSequencer(cctx, l.Sequencer())
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	select {
+	case <-dialed:
+	case <-ctx.Done():
+		t.Fatal("nobody ever dialed the dead replica")
+	}
+	// The search dials every replica too: wait until the call's own dial
+	// is under way.
+	for !client.Dialing(c) {
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("the call never dialed")
+		}
+	}
+	// B takes over while that dial hangs.
+	b.epoch.Store(2)
+	b.names.Store(2)
+	select {
+	case ka := <-b.kas:
+		if st := s.State(); st != client.StateSafe || l.Err() != nil {
+			t.Fatalf("after moving to the new master: state %v, lock %v", st, l.Err())
+		}
+		b.answer(t, ctx, ka, 0, fakeLease)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no KeepAlive reached the new master (it waits for the dial to the dead replica)")
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
 	}
