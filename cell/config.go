@@ -139,6 +139,14 @@ type Config struct {
 	// SyncDelay, if not zero, delays every fsync of the Paxos log by this
 	// much (the fault-injection suite's slow disk).
 	SyncDelay time.Duration
+	// UnsafeNoFsync makes the store keep its log writes in memory for up to
+	// half a second and never fsync them, and skips the check of the store
+	// against its guard record: a replica killed with SIGKILL loses
+	// acknowledged writes, as a machine whose disk lies about fsync loses
+	// them in a power failure. Test cells only (the fault-injection suite's
+	// proof that it sees lost acknowledged writes); it requires
+	// FaultInjection or Faults.
+	UnsafeNoFsync bool
 	// ProposalWindow bounds the tenant commands between the fair scheduler
 	// and their applied result. If zero, DefaultProposalWindow.
 	ProposalWindow int
@@ -226,6 +234,8 @@ func (c Config) validate() error {
 		return bad("Tick %v is below 1ms", c.Tick)
 	case c.ClockScale < 0 || (c.ClockScale != 0 && (c.ClockScale < 0.5 || c.ClockScale > 2)):
 		return bad("ClockScale %v is outside [0.5, 2]", c.ClockScale)
+	case c.UnsafeNoFsync && !c.FaultInjection && c.Faults == nil:
+		return bad("UnsafeNoFsync is a test-only setting: it requires FaultInjection")
 	case c.SessionLease < time.Second:
 		return bad("SessionLease %v is below 1s", c.SessionLease)
 	case c.ProposalWindow < 0 || c.TenantQueue < 0 || c.TenantReadConcurrency < 0:
@@ -238,7 +248,7 @@ func (c Config) validate() error {
 			return bad("replica %d has address %q", id, addr)
 		}
 	}
-	return nil
+	return c.checkCertificate()
 }
 
 // replicaIDs returns the replica ids in increasing order.

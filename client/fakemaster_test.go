@@ -136,11 +136,11 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 			return
 		}
 		names := m.names.Load()
-		role := "follower"
+		role := api.RoleFollower
 		if names == m.id {
-			role = "master"
+			role = api.RoleMaster
 		}
-		st := &api.CellStatusResponse{Cell: "fake", Replica: m.id, Master: names, Epoch: m.epoch.Load(), Role: role,
+		st := &api.CellStatusResponse{Cell: "fake", Replica: m.id, Master: names, Epoch: api.Epoch(m.epoch.Load()), Role: role,
 			Replicas: []api.ReplicaStatus{{ID: m.id, Addr: m.addr, Master: names == m.id}}}
 		if p, ok := m.peer.Load().(string); ok {
 			st.Replicas = append(st.Replicas, api.ReplicaStatus{ID: m.id + 100, Addr: p})

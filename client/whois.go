@@ -118,7 +118,7 @@ func servingMaster(latest map[string]statusAnswer, known int) (string, bool) {
 		}
 		heard++
 		cell = max(cell, len(a.st.Replicas))
-		if a.st.Master != 0 && a.st.Master == a.st.Replica && a.st.Role == "master" &&
+		if a.st.Master != 0 && a.st.Master == a.st.Replica && a.st.Role == api.RoleMaster &&
 			(best.addr == "" || a.st.Epoch > best.st.Epoch) {
 			best = a
 		}
@@ -152,14 +152,16 @@ func (c *Client) pollStatus(ctx context.Context, addr string, answers chan<- sta
 		}
 		if cc == nil {
 			dctx, cancel := context.WithTimeout(ctx, whoisTimeout)
-			cc, a.err = transport.Dial(dctx, transport.DialConfig{
-				Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-				HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-			})
+			cc, a.err = dialReplica(dctx, c.cfg, addr)
 			cancel()
 		}
 		if a.err == nil {
-			a.st, a.err = askStatus(ctx, cc, c.cfg.Token)
+			qctx, cancel := context.WithTimeout(ctx, whoisTimeout)
+			var st *api.CellStatusResponse
+			if st, a.err = cellStatusOn(qctx, cc, c.cfg.Token); a.err == nil {
+				a.st = *st
+			}
+			cancel()
 		}
 		select {
 		case answers <- a:
@@ -174,28 +176,6 @@ func (c *Client) pollStatus(ctx context.Context, addr string, answers chan<- sta
 			return
 		}
 	}
-}
-
-// askStatus asks for the cell's status on cc, within whoisTimeout.
-func askStatus(ctx context.Context, cc *transport.ClientConn, token string) (api.CellStatusResponse, error) {
-	var st api.CellStatusResponse
-	ctx, cancel := context.WithTimeout(ctx, whoisTimeout)
-	defer cancel()
-	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: token})
-	if err != nil {
-		return st, err
-	}
-	if f.Tag != api.ReplyOK {
-		ae := &api.Error{}
-		if err := f.Decode(ae); err != nil {
-			return st, fmt.Errorf("client: decoding CellStatus error reply: %w", err)
-		}
-		return st, ae
-	}
-	if err := f.Decode(&st); err != nil {
-		return st, fmt.Errorf("client: decoding CellStatus reply: %w", err)
-	}
-	return st, nil
 }
 
 // connAddr returns the address of the current connection ("" if none).
