@@ -178,6 +178,16 @@ func (c *Client) pollStatus(ctx context.Context, addr string, answers chan<- sta
 	}
 }
 
+// askStatus asks the replica at addr for the cell's status on a
+// connection of its own.
+func (c *Client) askStatus(ctx context.Context, addr string) (api.CellStatusResponse, error) {
+	st, _, err := cellStatusAt(ctx, c.cfg, addr)
+	if err != nil {
+		return api.CellStatusResponse{}, err
+	}
+	return *st, nil
+}
+
 // connAddr returns the address of the current connection ("" if none).
 func (c *Client) connAddr() string {
 	c.mu.Lock()
