@@ -117,7 +117,8 @@ type Config struct {
 	// lease 1 s, election 1.1–1.3 s) finishes with about 8 s of every
 	// client's lease still in hand: no client goes into jeopardy. The
 	// price is one KeepAlive per session per C at the master, instead of
-	// one per L−L/8.
+	// one per L−L/8; a master that lengthens leases under load
+	// (MaxSessionLease) lengthens C in proportion.
 	KeepAliveCadence time.Duration
 	// SnapshotEvery is the number of applied slots between snapshots. If
 	// zero, DefaultSnapshotEvery.

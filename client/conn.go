@@ -36,8 +36,13 @@ type Client struct {
 		hint string
 		// next is the index of the address to try first without a hint.
 		next int
-		// dialing is closed when the dial in progress ends.
-		dialing chan struct{}
+		// dialing is closed when the dial in progress ends; dialCancel
+		// cancels it. moves counts the times a search for the master
+		// pointed the client elsewhere (whois.go): a dial it interrupted
+		// is not a failure.
+		dialing    chan struct{}
+		dialCancel context.CancelFunc
+		moves      uint64
 		// failures counts consecutive failed dials, for backoff.
 		failures int
 		// notBefore is the earliest time of the next dial.
@@ -260,13 +265,23 @@ func (c *Client) conn(ctx context.Context) (*transport.ClientConn, error) {
 		c.mu.dialing = done
 		addrs, start := c.dialOrderLocked()
 		delay := time.Until(c.mu.notBefore)
+		moves := c.mu.moves
+		dctx, cancel := context.WithCancel(ctx)
+		c.mu.dialCancel = cancel
 		c.mu.Unlock()
 
-		cc, err := c.dial(ctx, addrs, start, delay)
+		cc, err := c.dial(dctx, addrs, start, delay)
+		cancel()
 
 		c.mu.Lock()
 		c.mu.dialing = nil
+		c.mu.dialCancel = nil
 		close(done)
+		if err != nil && c.mu.moves != moves && ctx.Err() == nil && c.ctx.Err() == nil {
+			// The master was found elsewhere meanwhile: dial there.
+			c.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			c.mu.failures++
 			c.mu.notBefore = time.Now().Add(c.backoff(c.mu.failures))

@@ -47,6 +47,9 @@ type fakeMaster struct {
 	names atomic.Uint64
 	epoch atomic.Uint64
 	dead  atomic.Bool
+	// peer, if set (a string), is another replica's address its
+	// CellStatus lists.
+	peer atomic.Value
 
 	// Test goroutine only.
 	stash []*pending
@@ -137,8 +140,12 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 		if names == m.id {
 			role = api.RoleMaster
 		}
-		resp = &api.CellStatusResponse{Cell: "fake", Replica: m.id, Master: names, Epoch: api.Epoch(m.epoch.Load()), Role: role,
+		st := &api.CellStatusResponse{Cell: "fake", Replica: m.id, Master: names, Epoch: api.Epoch(m.epoch.Load()), Role: role,
 			Replicas: []api.ReplicaStatus{{ID: m.id, Addr: m.addr, Master: names == m.id}}}
+		if p, ok := m.peer.Load().(string); ok {
+			st.Replicas = append(st.Replicas, api.ReplicaStatus{ID: m.id + 100, Addr: p})
+		}
+		resp = st
 	case api.MethodCreateSession:
 		resp = &api.CreateSessionResponse{Session: 7, Epoch: m.epoch.Load(), LeaseTimeout: int64(m.lease), Principal: "p", Tenant: "t",
 			Cadence: int64(m.cadence)}

@@ -35,6 +35,18 @@ func StatusOfReplica(ctx context.Context, cfg Config, addr string) (*api.CellSta
 // the answer and the replica the connection authenticated; an error is the
 // transport's, a *api.Error for a refusal, or a decoding failure.
 func cellStatusAt(ctx context.Context, cfg Config, addr string) (*api.CellStatusResponse, uint64, error) {
+	cc, err := dialReplica(ctx, cfg, addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cc.Close()
+	st, err := cellStatusOn(ctx, cc, cfg.Token)
+	return st, cc.ReplicaID(), err
+}
+
+// dialReplica dials the replica at addr alone, with cfg's CA, credentials,
+// timeouts and socket (cfg.PacketConn).
+func dialReplica(ctx context.Context, cfg Config, addr string) (*transport.ClientConn, error) {
 	dc := transport.DialConfig{
 		Addrs: []string{addr}, CA: cfg.CA, Certificate: cfg.Certificate,
 		HandshakeTimeout: cfg.HandshakeTimeout, IdleTimeout: cfg.IdleTimeout, Logger: cfg.Logger,
@@ -42,33 +54,34 @@ func cellStatusAt(ctx context.Context, cfg Config, addr string) (*api.CellStatus
 	if cfg.PacketConn != nil {
 		pc, err := cfg.PacketConn()
 		if err != nil {
-			return nil, 0, fmt.Errorf("client: opening a socket: %w", err)
+			return nil, fmt.Errorf("client: opening a socket: %w", err)
 		}
 		dc.PacketConn = pc
 	}
-	cc, err := transport.Dial(ctx, dc)
+	return transport.Dial(ctx, dc)
+}
+
+// cellStatusOn asks for the CellStatus on cc (token: the tenant token to
+// send, if any).
+func cellStatusOn(ctx context.Context, cc *transport.ClientConn, token string) (*api.CellStatusResponse, error) {
+	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: token})
 	if err != nil {
-		return nil, 0, err
-	}
-	defer cc.Close()
-	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: cfg.Token})
-	if err != nil {
-		return nil, cc.ReplicaID(), err
+		return nil, err
 	}
 	switch f.Tag {
 	case api.ReplyOK:
 		var resp api.CellStatusResponse
 		if err := f.Decode(&resp); err != nil {
-			return nil, cc.ReplicaID(), fmt.Errorf("client: decoding CellStatus reply: %w", err)
+			return nil, fmt.Errorf("client: decoding CellStatus reply: %w", err)
 		}
-		return &resp, cc.ReplicaID(), nil
+		return &resp, nil
 	case api.ReplyError:
 		ae := &api.Error{}
 		if err := f.Decode(ae); err != nil {
-			return nil, cc.ReplicaID(), fmt.Errorf("client: decoding CellStatus error reply: %w", err)
+			return nil, fmt.Errorf("client: decoding CellStatus error reply: %w", err)
 		}
-		return nil, cc.ReplicaID(), ae
+		return nil, ae
 	default:
-		return nil, cc.ReplicaID(), fmt.Errorf("client: unexpected CellStatus reply tag %#x", f.Tag)
+		return nil, fmt.Errorf("client: unexpected CellStatus reply tag %#x", f.Tag)
 	}
 }

@@ -111,11 +111,11 @@ func (e Event) String() string {
 // one as soon as a reply arrives, so a healthy session always holds a
 // proof of its lease. A KeepAlive unanswered past the master's cadence and
 // SilenceMargin sends the loop looking for the master among all replicas
-// (see whois.go); the lease rules do not change with it. If a reply is late (shortly
-// before the local lease would run out), the loop sends two KeepAlives back
-// to back: the master renews the lease when each arrives and answers the one
-// the other replaced at once (Aborted), which proves a renewal no earlier
-// than that one's send time.
+// (see whois.go); the lease rules do not change with it. If a reply is
+// late (shortly before the local lease would run out), the loop sends two
+// KeepAlives back to back: the master renews the lease when each arrives
+// and answers the one the other replaced at once (Aborted), which proves a
+// renewal no earlier than that one's send time.
 //
 // When the local lease runs out the session is in jeopardy: every lock's
 // context is cancelled, the cache is emptied, calls wait, and the loop looks
@@ -982,10 +982,19 @@ func (l *loop) handle(r kaResult) {
 		if len(l.live) == 0 {
 			l.probing = false
 		}
+		named := errors.As(r.err, &ae) && ae.Code == api.NotMaster && ae.Master != ""
+		if named && l.failures == 0 {
+			// A deposed master named its successor (rpcOnce pointed the
+			// client there): go there at once, without a backoff (but
+			// only once in a row: two replicas may name each other).
+			l.failures = 1
+			l.kicked = true
+			break
+		}
 		l.backoff()
-		if r.sent >= l.movedAt && !(errors.As(r.err, &ae) && ae.Code == api.NotMaster && ae.Master != "") {
-			// No successor named (rpcOnce follows a named one): ask
-			// every replica rather than try them one by one.
+		if !named && r.sent >= l.movedAt {
+			// No successor named: ask every replica at once rather than
+			// try them one by one.
 			l.find()
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/transport"
 )
 
 // Finding the master when it goes silent.
@@ -31,94 +33,149 @@ import (
 // c, at least 250 ms (a network round trip and the master's scheduling).
 func SilenceMargin(c time.Duration) time.Duration { return max(c/4, 250*time.Millisecond) }
 
-// whoisRoundTimeout bounds one round of asking every replica: a replica
-// that has not answered by then is taken to be down for this round.
-const whoisRoundTimeout = 500 * time.Millisecond
+// whoisTimeout bounds each dial and each question of a search: a replica
+// that has not answered by then is asked again.
+const whoisTimeout = 500 * time.Millisecond
 
-// whoisPauseMax bounds the pause between rounds that found no serving
-// master (an election is under way).
-const whoisPauseMax = 250 * time.Millisecond
+// whoisPauseMax bounds the pause between two questions to one replica
+// while no serving master is found (an election is under way). The pauses
+// start at Config.ReconnectMin and double.
+const whoisPauseMax = 200 * time.Millisecond
 
-// errNoServingMaster: a round of asking every replica found none that
-// serves as master.
+// errNoServingMaster: no replica has answered as serving master yet.
 var errNoServingMaster = errors.New("client: no replica answers as serving master")
 
-// statusAnswer is one replica's answer to a round.
+// statusAnswer is one replica's answer to a question of a search.
 type statusAnswer struct {
 	addr string
 	st   api.CellStatusResponse
 	err  error
 }
 
-// findServingMaster asks every replica in parallel, round after round,
-// until one answers that it serves as master, and returns the address it
-// was reached at. Among several (an old master that has not yet noticed
-// its lease ended), the one with the highest epoch wins. It returns ctx's
-// error (wrapped) if ctx ends first, ErrClosed once the client is closed.
+// findServingMaster asks every replica in parallel, again and again, until
+// one answers that it serves as master, and returns the address it was
+// reached at. Each replica is asked on a connection of its own that lasts
+// the search, so a search costs one handshake per replica. The answer is
+// taken once a majority of the replicas have answered (so that a newer
+// master known to the majority is not missed), or every replica has
+// answered or failed; among several claiming to serve (an old master that
+// has not yet noticed its lease ended) the highest epoch wins. Replicas
+// are Config.Addrs and every address the answers list, so a client given
+// only some of the replicas still finds a master among the others. It
+// returns ctx's error (wrapped) if ctx ends first, ErrClosed once the
+// client is closed.
 func (c *Client) findServingMaster(ctx context.Context) (string, error) {
-	for round := 1; ; round++ {
-		addr, err := c.whoisRound(ctx)
-		if err == nil {
-			return addr, nil
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answers := make(chan statusAnswer, 16)
+	var addrs []string
+	ask := func(a string) {
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+			go c.pollStatus(sctx, a, answers)
 		}
-		if errors.Is(err, ErrClosed) || ctx.Err() != nil {
-			return "", err
-		}
-		pause := min(c.cfg.ReconnectMin<<min(round-1, 10), whoisPauseMax)
-		t := time.NewTimer(pause)
+	}
+	for _, a := range c.cfg.Addrs {
+		ask(a)
+	}
+	latest := map[string]statusAnswer{}
+	var last error = errNoServingMaster
+	for {
+		var a statusAnswer
 		select {
-		case <-t.C:
+		case a = <-answers:
 		case <-ctx.Done():
-			t.Stop()
-			return "", fmt.Errorf("client: looking for the master: %w (last: %w)", ctx.Err(), err)
+			return "", fmt.Errorf("client: looking for the master: %w (last: %w)", ctx.Err(), last)
 		case <-c.ctx.Done():
-			t.Stop()
 			return "", ErrClosed
+		}
+		latest[a.addr] = a
+		if a.err != nil {
+			last = a.err
+		}
+		for _, r := range a.st.Replicas {
+			if r.Addr != "" {
+				ask(r.Addr)
+			}
+		}
+		if addr, ok := servingMaster(latest, len(addrs)); ok {
+			return addr, nil
 		}
 	}
 }
 
-// whoisRound asks every replica once, in parallel. It returns as soon as a
-// replica answered as serving master and a majority of the replicas have
-// answered (so that a newer master known to the majority is not missed),
-// or when every replica has answered or the round timed out.
-func (c *Client) whoisRound(ctx context.Context) (string, error) {
-	rctx, cancel := context.WithTimeout(ctx, whoisRoundTimeout)
-	defer cancel()
-	addrs := c.cfg.Addrs
-	answers := make(chan statusAnswer, len(addrs))
-	for _, a := range addrs {
-		go func() {
-			st, err := c.askStatus(rctx, a)
-			answers <- statusAnswer{addr: a, st: st, err: err}
-		}()
-	}
+// servingMaster decides a search from the latest answer of each of the
+// known replica addresses (known of them): the address of the serving
+// master with the highest epoch, once more than half of the cell's
+// replicas (as the answers count them) answered, or every known address
+// answered or failed.
+func servingMaster(latest map[string]statusAnswer, known int) (string, bool) {
 	var best statusAnswer
-	heard, errs := 0, 0
-	for range addrs {
-		var a statusAnswer
-		select {
-		case a = <-answers:
-		case <-c.ctx.Done():
-			return "", ErrClosed
-		}
+	heard, cell := 0, 0
+	for _, a := range latest {
 		if a.err != nil {
-			errs++
-		} else {
-			heard++
-			if a.st.Master != 0 && a.st.Master == a.st.Replica && a.st.Role == "master" &&
-				(best.addr == "" || a.st.Epoch > best.st.Epoch) {
-				best = a
+			continue
+		}
+		heard++
+		cell = max(cell, len(a.st.Replicas))
+		if a.st.Master != 0 && a.st.Master == a.st.Replica && a.st.Role == api.RoleMaster &&
+			(best.addr == "" || a.st.Epoch > best.st.Epoch) {
+			best = a
+		}
+	}
+	if cell == 0 {
+		cell = known
+	}
+	if best.addr == "" || (heard <= cell/2 && len(latest) < known) {
+		return "", false
+	}
+	return best.addr, true
+}
+
+// pollStatus asks the replica at addr for the cell's status until ctx
+// ends, sending each answer (or failure) to answers; it keeps one
+// connection for all the questions, and pauses between them, longer each
+// time.
+func (c *Client) pollStatus(ctx context.Context, addr string, answers chan<- statusAnswer) {
+	var cc *transport.ClientConn
+	defer func() {
+		if cc != nil {
+			_ = cc.Close()
+		}
+	}()
+	for n := 0; ctx.Err() == nil; n++ {
+		var a statusAnswer
+		a.addr = addr
+		if cc != nil && cc.Context().Err() != nil {
+			_ = cc.Close()
+			cc = nil
+		}
+		if cc == nil {
+			dctx, cancel := context.WithTimeout(ctx, whoisTimeout)
+			cc, a.err = dialReplica(dctx, c.cfg, addr)
+			cancel()
+		}
+		if a.err == nil {
+			qctx, cancel := context.WithTimeout(ctx, whoisTimeout)
+			var st *api.CellStatusResponse
+			if st, a.err = cellStatusOn(qctx, cc, c.cfg.Token); a.err == nil {
+				a.st = *st
 			}
+			cancel()
 		}
-		if best.addr != "" && heard > len(addrs)/2 {
-			break
+		select {
+		case answers <- a:
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(min(c.cfg.ReconnectMin<<min(n, 10), whoisPauseMax))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
 		}
 	}
-	if best.addr == "" {
-		return "", fmt.Errorf("%w (%d answered, %d did not)", errNoServingMaster, heard, errs)
-	}
-	return best.addr, nil
 }
 
 // askStatus asks the replica at addr for the cell's status on a
@@ -154,8 +211,14 @@ func (c *Client) moveTo(addr string, force bool) bool {
 	}
 	c.mu.conn = nil
 	c.mu.hint = addr
-	// The master is known to serve there: no backoff before dialing it.
+	// The master is known to serve there: no backoff before dialing it,
+	// and a dial in progress (perhaps to a dead replica, which takes a
+	// whole handshake timeout to fail) gives way.
 	c.mu.notBefore = time.Time{}
+	c.mu.moves++
+	if c.mu.dialCancel != nil {
+		c.mu.dialCancel()
+	}
 	c.mu.Unlock()
 	if cc != nil {
 		_ = cc.Close()

@@ -17,14 +17,26 @@ func TestKeepAliveCadence(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		cadence time.Duration
+		ext     time.Duration // load extension of the lease
 		want    time.Duration // answer after
 	}{
-		{"short", 2 * time.Second, 2 * time.Second},
-		{"longer than the lease allows", lease, lease - early},
+		{"short", 2 * time.Second, 0, 2 * time.Second},
+		{"longer than the lease allows", lease, 0, lease - early},
+		// A loaded master lengthens the cadence with the lease (12 s to
+		// 60 s: 2 s to 10 s), so that it processes fewer KeepAlives.
+		{"under load", 2 * time.Second, ChubbyLoadedLease - lease, 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				m := newManager(t, Config{KeepAliveCadence: tc.cadence}, false)
+				m := newManager(t, Config{KeepAliveCadence: tc.cadence, MaxLease: ChubbyLoadedLease}, false)
+				if err := m.SetLeaseExtension(tc.ext); err != nil {
+					t.Fatal(err)
+				}
+				grant := lease + tc.ext
+				announced := tc.cadence // announced as configured, scaled by load
+				if tc.ext > 0 {
+					announced = tc.want
+				}
 				mustAdd(t, m, 1)
 				// Let the lease age a little, so that "after arrival" and
 				// "after the lease's start" differ.
@@ -40,9 +52,9 @@ func TestKeepAliveCadence(t *testing.T) {
 				if !ok || r.err != nil {
 					t.Fatalf("not answered %v after arrival: %+v", tc.want, r)
 				}
-				if r.at.Sub(start) != tc.want || r.reply.LeaseTimeout != lease || r.reply.Cadence != tc.cadence {
+				if r.at.Sub(start) != tc.want || r.reply.LeaseTimeout != grant || r.reply.Cadence != announced {
 					t.Fatalf("answered after %v with lease %v, cadence %v; want %v, %v, %v",
-						r.at.Sub(start), r.reply.LeaseTimeout, r.reply.Cadence, tc.want, lease, tc.cadence)
+						r.at.Sub(start), r.reply.LeaseTimeout, r.reply.Cadence, tc.want, grant, announced)
 				}
 				// The next one parks a whole cadence again.
 				ka = goKeepAlive(t.Context(), m, 1, 0)

@@ -124,14 +124,28 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 
 // answerAtLocked is when a KeepAlive of s that arrived at arrived is
 // answered if no event comes first: KeepAliveEarly before the lease ends,
-// or KeepAliveCadence after its arrival if that is sooner.
+// or the cadence after its arrival if that is sooner.
 // REQUIRES: m.mu held.
 func (m *Manager) answerAtLocked(s *sess, arrived monotime.Time) monotime.Time {
 	at := s.leaseEnd.Add(-m.cfg.KeepAliveEarly)
-	if c := m.cfg.KeepAliveCadence; c > 0 {
+	if c := m.cadenceLocked(); c > 0 {
 		at = min(at, arrived.Add(c))
 	}
 	return at
+}
+
+// cadenceLocked is the KeepAlive cadence now: Config.KeepAliveCadence,
+// lengthened in proportion while a load extension lengthens the lease
+// (SetLeaseExtension), so that a loaded master processes fewer
+// KeepAlives as Chubby's does, and clients keep the same share of their
+// lease in hand. Zero if no cadence is set.
+// REQUIRES: m.mu held.
+func (m *Manager) cadenceLocked() time.Duration {
+	c := m.cfg.KeepAliveCadence
+	if c <= 0 || m.mu.extension <= 0 {
+		return c
+	}
+	return time.Duration(float64(c) * float64(m.grantLocked()) / float64(m.cfg.Lease))
 }
 
 // replyLocked renews the session's lease and builds the answer.
@@ -144,6 +158,6 @@ func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
 		Events:       slices.Clone(s.q.events),
 		Epoch:        m.cfg.Epoch,
 		At:           now,
-		Cadence:      m.cfg.KeepAliveCadence,
+		Cadence:      m.cadenceLocked(),
 	}
 }
