@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,10 +25,7 @@ import (
 // within the bound of one question per replica, not after waiting for a
 // master that will not come.
 func TestStatusWithoutQuorum(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "lockctl")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildLockctl(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: t.TempDir(), Replicas: 3, Cell: "test", DevTenant: "t",
@@ -98,6 +96,44 @@ func TestStatusWithoutQuorum(t *testing.T) {
 	if !row.MatchString(out) {
 		t.Errorf("status without quorum has no row for survivor %d with its role, epoch, belief and slots", survivor)
 	}
+}
+
+// buildLockctl builds lockctl into the test's temporary directory.
+func buildLockctl(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "lockctl")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runLockctl runs lockctl with the cell's settings and returns its exit
+// code and output; it fails the test if lockctl does not finish within
+// limit.
+func runLockctl(t *testing.T, ctx context.Context, bin, config string, limit time.Duration, args ...string) (int, string, string) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	cmd := exec.CommandContext(sctx, bin, args...)
+	cmd.Env = append(os.Environ(), "LOCKCELL_CONFIG="+config)
+	// SIGQUIT: a lockctl that hangs prints its goroutines.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if sctx.Err() != nil {
+		t.Fatalf("lockctl %v did not finish within %v; stdout %q, stderr:\n%s", args, limit, out.String(), errb.String())
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errb.String()
 }
 
 func itoa(n uint64) string {
