@@ -10,7 +10,7 @@ BENCH_DURATION ?= 3s
 PEERS_DURATION ?= 10s
 PEERS_SESSIONS ?= 10000
 
-.PHONY: all test test-race lint sim fuzz bench bench-peers nemesis run build clean
+.PHONY: all test test-race lint sim fuzz bench bench-peers nemesis run run-procs build clean
 
 all: build
 
@@ -74,6 +74,12 @@ bench-peers:
 run:
 	$(GO) build -o bin/ ./cmd/...
 	./bin/lockcelld dev --dir data/dev
+
+## run-procs: the same cell as five lockcelld processes (data under
+## ./data/dev-procs), so that one can be killed to watch a fail-over.
+run-procs:
+	$(GO) build -o bin/ ./cmd/...
+	./bin/lockcelld dev --procs --dir data/dev-procs
 
 ## nemesis: the fault-injection suite on real processes (DURATION, SEED; SEED=0 picks one).
 nemesis:
