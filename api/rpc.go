@@ -166,6 +166,9 @@ type CreateSessionResponse struct {
 	LeaseTimeout int64  `msgpack:"lt"`
 	Principal    string `msgpack:"p"`
 	Tenant       string `msgpack:"t"`
+	// Cadence is KeepAliveResponse.Cadence, known before the first
+	// KeepAlive (nanoseconds; zero: none).
+	Cadence int64 `msgpack:"ca,omitempty"`
 }
 
 // KeepAliveRequest is the long-poll that keeps a session alive. Ack
@@ -189,6 +192,14 @@ type KeepAliveResponse struct {
 	// Epoch is the master's epoch.
 	Epoch  uint64  `msgpack:"e"`
 	Events []Event `msgpack:"ev,omitempty"`
+	// Cadence, if not zero, is the longest the master parks a KeepAlive
+	// (nanoseconds): it answers every KeepAlive within Cadence of its
+	// arrival while it stays master. A client that hears nothing for
+	// longer (and a margin for the network) knows the master is dead,
+	// deposed or cut off, and looks for the master among all replicas
+	// instead of waiting for its connection to time out. Zero: the master
+	// parks a KeepAlive until shortly before the lease ends.
+	Cadence int64 `msgpack:"ca,omitempty"`
 }
 
 // CloseSessionRequest ends the caller's session: its locks are released

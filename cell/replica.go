@@ -75,6 +75,7 @@ type Replica struct {
 	dirLock *dirLock
 
 	cancel   context.CancelFunc
+	stopping <-chan struct{} // closed when Close begins (the loop's context ends)
 	done     chan struct{}
 	errMu    sync.Mutex
 	err      error
@@ -149,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	r.clock = newCellClock(cfg.wallClock, monotime.Real(), r.ns.Clock)
 	loopCtx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
+	r.cancel, r.stopping = cancel, loopCtx.Done()
 	r.guardDone = make(chan struct{})
 	go r.run(loopCtx)
 	go r.syncGuard(loopCtx)

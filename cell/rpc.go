@@ -251,7 +251,8 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 	if err != nil {
 		return nil, c.r.sessionError(err)
 	}
-	return &api.CreateSessionResponse{Session: sc.Session, Epoch: m.epoch, LeaseTimeout: int64(lease), Principal: c.caller.Principal, Tenant: c.caller.Tenant}, nil
+	return &api.CreateSessionResponse{Session: sc.Session, Epoch: m.epoch, LeaseTimeout: int64(lease), Principal: c.caller.Principal, Tenant: c.caller.Tenant,
+		Cadence: int64(max(c.r.cfg.KeepAliveCadence, 0))}, nil
 }
 
 func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (any, error) {
@@ -279,7 +280,8 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 		return nil, c.r.sessionError(err)
 	}
 	held := max(reply.At.Sub(arrived), 0)
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(held), Epoch: reply.Epoch, Events: reply.Events}, nil
+	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(held), Epoch: reply.Epoch, Events: reply.Events,
+		Cadence: int64(reply.Cadence)}, nil
 }
 
 func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRequest) (any, error) {

@@ -22,10 +22,18 @@ func StatusOfReplica(ctx context.Context, cfg Config, addr string) (*api.CellSta
 	if err != nil {
 		return nil, err
 	}
-	cc, err := transport.Dial(ctx, transport.DialConfig{
+	dc := transport.DialConfig{
 		Addrs: []string{addr}, CA: cfg.CA, Certificate: cfg.Certificate,
 		HandshakeTimeout: cfg.HandshakeTimeout, IdleTimeout: cfg.IdleTimeout, Logger: cfg.Logger,
-	})
+	}
+	if cfg.PacketConn != nil {
+		pc, err := cfg.PacketConn()
+		if err != nil {
+			return nil, fmt.Errorf("status of %s: opening a socket: %w", addr, err)
+		}
+		dc.PacketConn = pc
+	}
+	cc, err := transport.Dial(ctx, dc)
 	if err != nil {
 		return nil, fmt.Errorf("status of %s: %w", addr, err)
 	}

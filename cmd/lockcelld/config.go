@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,13 +47,59 @@ type fileConfig struct {
 	// (the same on every replica); empty means session_lease.
 	MaxSessionLease string `json:"max_session_lease,omitempty"`
 	SnapshotEvery   uint64 `json:"snapshot_every,omitempty"`
+	// KeepAliveCadence is the longest the master parks a KeepAlive
+	// (cell.Config.KeepAliveCadence); empty means a twelfth of
+	// session_lease, a negative duration none (Chubby's rule).
+	KeepAliveCadence string `json:"keepalive_cadence,omitempty"`
 	// FaultInjection serves /debug/faults on the HTTP listener (test cells
 	// only: it lets anyone who reaches that listener partition the cell).
 	FaultInjection bool `json:"fault_injection,omitempty"`
+	// The test-only knobs below are refused (TestKnobError) unless
+	// FaultInjection is on: a clock scale of 2 is exactly what makes two
+	// masters, and a replica that does not fsync loses acknowledged writes.
+
 	// ClockScale skews this replica's tick rate (tests only).
 	ClockScale float64 `json:"clock_scale,omitempty"`
 	// SyncDelay delays every fsync of the Paxos log (tests only).
 	SyncDelay string `json:"sync_delay,omitempty"`
+	// UnsafeNoFsync makes the replica's store lose its unsynced writes
+	// when the process dies, as a disk that lies about fsync loses them in
+	// a power failure (tests only: the fault-injection suite's proof that
+	// it sees lost acknowledged writes).
+	UnsafeNoFsync bool `json:"unsafe_no_fsync,omitempty"`
+}
+
+// ErrTestKnob is what a TestKnobError is (errors.Is).
+var ErrTestKnob = errors.New("lockcelld: test-only setting without fault_injection")
+
+// TestKnobError reports a test-only setting in a config whose
+// fault_injection is off.
+type TestKnobError struct {
+	// Knob is the setting's JSON name.
+	Knob string
+}
+
+func (e *TestKnobError) Error() string {
+	return fmt.Sprintf("lockcelld: %s is a test-only setting, refused unless fault_injection is true", e.Knob)
+}
+
+// Is reports ErrTestKnob.
+func (e *TestKnobError) Is(target error) bool { return target == ErrTestKnob }
+
+// checkTestKnobs refuses a test-only setting without fault_injection.
+func (fc *fileConfig) checkTestKnobs() error {
+	if fc.FaultInjection {
+		return nil
+	}
+	switch {
+	case fc.ClockScale != 0:
+		return &TestKnobError{Knob: "clock_scale"}
+	case fc.SyncDelay != "":
+		return &TestKnobError{Knob: "sync_delay"}
+	case fc.UnsafeNoFsync:
+		return &TestKnobError{Knob: "unsafe_no_fsync"}
+	}
+	return nil
 }
 
 func readFileConfig(file string) (*fileConfig, error) {
@@ -64,6 +111,9 @@ func readFileConfig(file string) (*fileConfig, error) {
 	dec.DisallowUnknownFields()
 	var fc fileConfig
 	if err := dec.Decode(&fc); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := fc.checkTestKnobs(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return &fc, nil
@@ -112,6 +162,9 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 	if cfg.MaxSessionLease, err = duration("max_session_lease", fc.MaxSessionLease); err != nil {
 		return cfg, err
 	}
+	if cfg.KeepAliveCadence, err = duration("keepalive_cadence", fc.KeepAliveCadence); err != nil {
+		return cfg, err
+	}
 	if cfg.SyncDelay, err = duration("sync_delay", fc.SyncDelay); err != nil {
 		return cfg, err
 	}
@@ -135,6 +188,7 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 		return cfg, err
 	}
 	cfg.FaultInjection = fc.FaultInjection
+	cfg.UnsafeNoFsync = fc.UnsafeNoFsync
 	return cfg, nil
 }
 
