@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -96,16 +95,6 @@ func TestStatusWithoutQuorum(t *testing.T) {
 	if !row.MatchString(out) {
 		t.Errorf("status without quorum has no row for survivor %d with its role, epoch, belief and slots", survivor)
 	}
-}
-
-// buildLockctl builds lockctl into the test's temporary directory.
-func buildLockctl(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "lockctl")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // runLockctl runs lockctl with the cell's settings and returns its exit
