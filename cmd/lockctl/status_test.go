@@ -60,13 +60,20 @@ func TestStatusWithoutQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := status()
-	if code != 0 || !strings.Contains(out, "master replica") || strings.Contains(out, "did not answer") {
-		t.Fatalf("status of a whole cell: exit %d\n%s%s", code, out, errs)
-	}
+	// A whole cell: every replica answers (asked again, within a bound,
+	// if a loaded machine made one miss its three seconds).
 	epoch := regexp.MustCompile(`(?m)^\d+\s+127\.0\.0\.1:\d+\s+(master|follower)\s+\d+\.\d+\s+\d+\s+\d+\s+\d+\s+\d+$`)
-	if n := len(epoch.FindAllString(out, -1)); n != 3 {
-		t.Fatalf("status of a whole cell: %d rows with role, epoch (round.replica), master, slots and lag; want 3:\n%s", n, out)
+	var code int
+	var out, errs string
+	for {
+		code, out, errs = status()
+		if code == 0 && strings.Contains(out, "master replica") && !strings.Contains(out, "did not answer") && len(epoch.FindAllString(out, -1)) == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("status of a whole cell never showed three rows with role, epoch (round.replica), master, slots and lag: exit %d\n%s%s", code, out, errs)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("with quorum:\n%s", out)
 
@@ -81,8 +88,18 @@ func TestStatusWithoutQuorum(t *testing.T) {
 			lc.Stop(r.ID())
 		}
 	}
-	code, out, errs = status()
+	row := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(itoa(survivor)) + `\s+127\.0\.0\.1:\d+\s+(follower|candidate|leader)\s+\d+\.\d+\s+\S+( \S+)?\s+\d+\s+\d+\s+\d+$`)
+	for {
+		code, out, errs = status()
+		if row.MatchString(out) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	t.Logf("without quorum (exit %d):\n%s%s", code, out, errs)
+	if !row.MatchString(out) {
+		t.Errorf("status without quorum has no row for survivor %d with its role, epoch, belief and slots", survivor)
+	}
 	if code != 1 {
 		t.Errorf("exit %d without quorum; want 1", code)
 	}
@@ -90,10 +107,6 @@ func TestStatusWithoutQuorum(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("status without quorum lacks %q", want)
 		}
-	}
-	row := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(itoa(survivor)) + `\s+127\.0\.0\.1:\d+\s+(follower|candidate|leader)\s+\d+\.\d+\s+\S+( \S+)?\s+\d+\s+\d+\s+\d+$`)
-	if !row.MatchString(out) {
-		t.Errorf("status without quorum has no row for survivor %d with its role, epoch, belief and slots", survivor)
 	}
 }
 
