@@ -53,41 +53,8 @@ func (c *Client) probe(ctx context.Context) []replicaAnswer {
 }
 
 func (c *Client) probeOne(ctx context.Context, addr string) replicaAnswer {
-	a := replicaAnswer{addr: addr}
-	cc, err := transport.Dial(ctx, transport.DialConfig{
-		Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
-	if err != nil {
-		a.err = err
-		return a
-	}
-	defer cc.Close()
-	a.replica = cc.ReplicaID()
-	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: c.cfg.Token})
-	if err != nil {
-		a.err = err
-		return a
-	}
-	switch f.Tag {
-	case api.ReplyOK:
-		var st api.CellStatusResponse
-		if err := f.Decode(&st); err != nil {
-			a.err = err
-			return a
-		}
-		a.status = &st
-	case api.ReplyError:
-		ae := &api.Error{}
-		if err := f.Decode(ae); err != nil {
-			a.err = err
-			return a
-		}
-		a.err = ae
-	default:
-		a.err = fmt.Errorf("unexpected reply tag %#x", f.Tag)
-	}
-	return a
+	st, id, err := cellStatusAt(ctx, c.cfg, addr)
+	return replicaAnswer{addr: addr, replica: id, status: st, err: err}
 }
 
 // diagnose turns the answers into the error that explains why there is no

@@ -22,6 +22,19 @@ func StatusOfReplica(ctx context.Context, cfg Config, addr string) (*api.CellSta
 	if err != nil {
 		return nil, err
 	}
+	st, _, err := cellStatusAt(ctx, cfg, addr)
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	return st, nil
+}
+
+// cellStatusAt asks the replica at addr for its CellStatus over a
+// connection of its own, dialled with cfg's CA, credentials, timeouts and
+// socket (cfg.PacketConn, so in-process networks carry it too). It returns
+// the answer and the replica the connection authenticated; an error is the
+// transport's, a *api.Error for a refusal, or a decoding failure.
+func cellStatusAt(ctx context.Context, cfg Config, addr string) (*api.CellStatusResponse, uint64, error) {
 	dc := transport.DialConfig{
 		Addrs: []string{addr}, CA: cfg.CA, Certificate: cfg.Certificate,
 		HandshakeTimeout: cfg.HandshakeTimeout, IdleTimeout: cfg.IdleTimeout, Logger: cfg.Logger,
@@ -29,33 +42,33 @@ func StatusOfReplica(ctx context.Context, cfg Config, addr string) (*api.CellSta
 	if cfg.PacketConn != nil {
 		pc, err := cfg.PacketConn()
 		if err != nil {
-			return nil, fmt.Errorf("status of %s: opening a socket: %w", addr, err)
+			return nil, 0, fmt.Errorf("client: opening a socket: %w", err)
 		}
 		dc.PacketConn = pc
 	}
 	cc, err := transport.Dial(ctx, dc)
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
+		return nil, 0, err
 	}
 	defer cc.Close()
 	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: cfg.Token})
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
+		return nil, cc.ReplicaID(), err
 	}
-	var resp api.CellStatusResponse
 	switch f.Tag {
 	case api.ReplyOK:
-		err = f.Decode(&resp)
+		var resp api.CellStatusResponse
+		if err := f.Decode(&resp); err != nil {
+			return nil, cc.ReplicaID(), fmt.Errorf("client: decoding CellStatus reply: %w", err)
+		}
+		return &resp, cc.ReplicaID(), nil
 	case api.ReplyError:
 		ae := &api.Error{}
-		if err = f.Decode(ae); err == nil {
-			err = ae
+		if err := f.Decode(ae); err != nil {
+			return nil, cc.ReplicaID(), fmt.Errorf("client: decoding CellStatus error reply: %w", err)
 		}
+		return nil, cc.ReplicaID(), ae
 	default:
-		err = fmt.Errorf("unexpected reply tag %#x", f.Tag)
+		return nil, cc.ReplicaID(), fmt.Errorf("client: unexpected CellStatus reply tag %#x", f.Tag)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	return &resp, nil
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
-	"github.com/lockcell/lockcell/transport"
 )
 
 // Finding the master when it goes silent.
@@ -125,30 +124,11 @@ func (c *Client) whoisRound(ctx context.Context) (string, error) {
 // askStatus asks the replica at addr for the cell's status on a
 // connection of its own.
 func (c *Client) askStatus(ctx context.Context, addr string) (api.CellStatusResponse, error) {
-	var st api.CellStatusResponse
-	cc, err := transport.Dial(ctx, transport.DialConfig{
-		Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
+	st, _, err := cellStatusAt(ctx, c.cfg, addr)
 	if err != nil {
-		return st, err
+		return api.CellStatusResponse{}, err
 	}
-	defer cc.Close()
-	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: c.cfg.Token})
-	if err != nil {
-		return st, err
-	}
-	if f.Tag != api.ReplyOK {
-		ae := &api.Error{}
-		if err := f.Decode(ae); err != nil {
-			return st, fmt.Errorf("client: decoding CellStatus error reply: %w", err)
-		}
-		return st, ae
-	}
-	if err := f.Decode(&st); err != nil {
-		return st, fmt.Errorf("client: decoding CellStatus reply: %w", err)
-	}
-	return st, nil
+	return *st, nil
 }
 
 // connAddr returns the address of the current connection ("" if none).
