@@ -10,7 +10,7 @@ BENCH_DURATION ?= 3s
 PEERS_DURATION ?= 10s
 PEERS_SESSIONS ?= 10000
 
-.PHONY: all test test-race lint sim fuzz bench bench-peers nemesis run build clean
+.PHONY: all test test-race lint sim fuzz bench bench-peers nemesis run run-procs build clean
 
 all: build
 
@@ -40,10 +40,23 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
 
 ## bench: the Go benchmarks, briefly, then the lockcell-only harness suite
-## (bench/) briefly against a cell of lockcelld processes.
+## (bench/) briefly against a cell of lockcelld processes. It says what it
+## is doing as it goes: the packages one by one, then the harness.
+# BENCH_PKGS lists the directories of the packages that have benchmarks.
+BENCH_PKGS = $(GO) list -f '{{.Dir}}' $(PKGS) | while read d; do grep -qs '^func Benchmark' $$d/*_test.go && echo $$d; done
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 $(PKGS) >/dev/null
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+	@echo "== make bench 1/3: every benchmark once, to check it runs (output kept only on failure)"
+	@for p in $$($(BENCH_PKGS)); do \
+		printf '   %s ... ' "$$p"; \
+		out=$$($(GO) test -run '^$$' -bench . -benchtime 1x -count 1 $$p 2>&1) || { echo FAIL; echo "$$out"; exit 1; }; \
+		echo ok; \
+	done
+	@echo "== make bench 2/3: the Go benchmarks, package by package"
+	@for p in $$($(BENCH_PKGS)); do \
+		echo "-- $$p"; \
+		$(GO) test -run '^$$' -bench . -benchmem -count 1 $$p | grep -Ev '^(PASS|ok |goos:|goarch:|pkg:|cpu:)' || true; \
+	done
+	@echo "== make bench 3/3: the lockcell harness against a cell of lockcelld processes (BENCH_DURATION=$(BENCH_DURATION) per point)"
 	$(GO) build -o bin/ ./cmd/... ./bench/cmd/...
 	./bin/lockcell-bench --clients 1,64 --duration $(BENCH_DURATION) --sessions 1000 \
 		--json bin/bench.jsonl --svg bin/bench.svg --max-time 10m
@@ -61,6 +74,12 @@ bench-peers:
 run:
 	$(GO) build -o bin/ ./cmd/...
 	./bin/lockcelld dev --dir data/dev
+
+## run-procs: the same cell as five lockcelld processes (data under
+## ./data/dev-procs), so that one can be killed to watch a fail-over.
+run-procs:
+	$(GO) build -o bin/ ./cmd/...
+	./bin/lockcelld dev --procs --dir data/dev-procs
 
 ## nemesis: the fault-injection suite on real processes (DURATION, SEED; SEED=0 picks one).
 nemesis:

@@ -68,8 +68,8 @@ type Config struct {
 	// hold the same key, so that a sequencer granted by one master verifies
 	// after a fail-over. Required.
 	SigningKey ed25519.PrivateKey
-	// HTTPAddr, if not empty, is where /metrics, /healthz and the status page
-	// are served (and /debug/faults when Faults is set). Loopback in tests.
+	// HTTPAddr, if not empty, is where /metrics, /healthz, /readyz, /status
+	// and the status page are served (and /debug/faults when Faults is set). Loopback in tests.
 	HTTPAddr string
 	// Tick is the Paxos tick. If zero, DefaultTick (10 ms).
 	Tick time.Duration

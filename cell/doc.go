@@ -84,8 +84,18 @@
 // (limits.go). Tenant commands reach Paxos through a weighted fair
 // scheduler (fair.go), which sheds a flooding tenant's excess with
 // ResourceExhausted and a RetryAfter instead of letting it fill the
-// pipeline. The HTTP listener (/metrics, /status, the status page) is for
-// operators: it names tenants in metric labels, nothing else of theirs.
+// pipeline. The HTTP listener (/metrics, /healthz, /readyz, /status, the
+// status page) is for operators: it names tenants in metric labels,
+// nothing else of theirs. /healthz is liveness (the run loop runs); /readyz
+// is readiness (master, or hearing a serving master and caught up within
+// ReadyMaxLag), from the progress reports replicas send their peers every
+// progressInterval (progress.go), which also give every replica's status
+// the progress of all of them.
+//
+// Start holds the data directory with a flock on its lockcell-pid file
+// (ErrDataDirInUse names the holder), refuses a certificate that is not
+// this replica's (ErrWrongCertificate), and a start that fails removes
+// what it created (datadir.go).
 //
 // # Concurrency and life cycle
 //

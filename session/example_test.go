@@ -14,8 +14,9 @@ import (
 // The cell's side of a term: start serving the recorded sessions after a
 // fail-over, answer KeepAlives, publish an event, hand an expiry to Paxos.
 func Example() {
-	clock := monotime.NewManual(0) // the cell passes nothing: the real clock
-	m, err := session.New(session.Config{Epoch: 7, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	clock := monotime.NewManual(0)                         // the cell passes nothing: the real clock
+	m, err := session.New(session.Config{Epoch: 7<<16 | 3, // round 7, led by replica 3
+		Clock: clock, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +51,7 @@ func Example() {
 		fmt.Println("no expiry decided")
 	}
 	// Output:
-	// 12s [#1 master-failover (epoch 7)]
+	// 12s [#1 master-failover (epoch 7.3)]
 	// 12s [#2 contents-modified /ls/cell/cfg (gen 3)]
 	// expire 2
 }

@@ -199,7 +199,7 @@ func (m *Manager) Start(failover bool, existing []ID) error {
 	m.maybeCloseFailoverLocked()
 	m.mu.state = stateServing
 	m.checkLocked(nil)
-	m.log.Info("session manager serving", "epoch", m.cfg.Epoch, "failover", failover,
+	m.log.Info("session manager serving", "epoch", api.Epoch(m.cfg.Epoch).String(), "failover", failover,
 		"sessions", len(existing), "failover_lease", m.cfg.MaxLease)
 	go m.run()
 	return nil
@@ -234,7 +234,7 @@ func (m *Manager) Stop() {
 		}
 		m.keepalives.Wait()
 		close(m.decisions)
-		m.log.Info("session manager stopped", "epoch", m.cfg.Epoch)
+		m.log.Info("session manager stopped", "epoch", api.Epoch(m.cfg.Epoch).String())
 	})
 }
 

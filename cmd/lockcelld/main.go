@@ -2,6 +2,7 @@
 //
 //	lockcelld serve --config FILE   run one replica of a cell
 //	lockcelld dev [flags]           run a whole five-replica cell in this process
+//	lockcelld dev --procs           the same as five serve processes (make run-procs)
 //	lockcelld init [flags]          write certificates and configs for a cell (in ./deploy)
 //
 // Run any subcommand with --help for its flags.
@@ -61,7 +62,8 @@ func usage(w io.Writer) {
 
 Usage:
   lockcelld serve --config FILE   run one replica of a cell
-  lockcelld dev [flags]           run a whole local cell in this process (make run)
+  lockcelld dev [flags]           run a whole local cell in this process (make run);
+                                  with --procs, one process per replica (make run-procs)
   lockcelld init [flags]          write certificates, replica configs and new-member
                                   data directories for a new cell
 
@@ -178,7 +180,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 
 func cmdDev(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lockcelld dev", flag.ContinueOnError)
-	dir := fs.String("dir", "data/dev", "directory for the cell's data and certificates (reused on restart)")
+	dir := fs.String("dir", "", "directory for the cell's data and certificates, reused on restart (default data/dev, with --procs data/dev-procs)")
+	procs := fs.Bool("procs", false, "run each replica as its own 'lockcelld serve' process, so that one can be killed to watch a fail-over")
 	port := fs.Int("port", 7001, "UDP port of replica 1; replica i listens on port+i-1, its HTTP status on port+100+i-1")
 	replicas := fs.Int("replicas", 5, "number of replicas")
 	tenant := fs.String("tenant", "dev", "the dev tenant created on first start")
@@ -193,6 +196,15 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, _, stop := signalContext()
 	defer stop()
+	if *procs {
+		if *dir == "" {
+			*dir = "data/dev-procs"
+		}
+		return runDevProcs(ctx, *dir, *port, *replicas, *tenant, *logLevel, stdout, stderr)
+	}
+	if *dir == "" {
+		*dir = "data/dev"
+	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	lc, err := cell.StartLocal(startCtx, cell.LocalConfig{
 		Dir: *dir, Replicas: *replicas, Cell: "dev", BasePort: *port, DevTenant: *tenant, Logger: log,

@@ -188,7 +188,9 @@ func TestReadmeOperatingACell(t *testing.T) {
 		if err != nil {
 			t.Fatalf("README command %q: %v (ctx: %v)\n%s", l, err, ctx.Err(), out)
 		}
-		outputs[l] = string(out)
+		if _, seen := outputs[l]; !seen {
+			outputs[l] = string(out) // a command's first run is the one checked
+		}
 		ran++
 	}
 	if len(servers) != nhosts {
@@ -204,7 +206,7 @@ func TestReadmeOperatingACell(t *testing.T) {
 		}
 	}
 	t.Logf("ran %d README commands", ran)
-	if ran < 8 {
+	if ran < 11 {
 		t.Fatalf("ran %d README commands; the section lost its steps", ran)
 	}
 }

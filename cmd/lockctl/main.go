@@ -76,6 +76,7 @@ func init() {
 		{"sessions", "list a tenant's open sessions", cmdSessions},
 		{"locks", "list a tenant's held locks", cmdLocks},
 		{"status", "show the cell's replicas, master, epoch and slots", cmdStatus},
+		{"cell", "operate the cell: stepdown (administrator)", cmdCell},
 		{"tenant", "create, update or list tenants (administrator)", cmdTenant},
 		{"certs", "create a CA and certificates", cmdCerts},
 	}

@@ -26,7 +26,9 @@ const module = "github.com/lockcell/lockcell"
 // other, and nothing outside the top layer imports it. One edge goes beyond
 // the style guide's table: tools/ may import transport, because the
 // fault-injection suite builds the transport's fault rules (partitions,
-// delays) that it sends to replicas' /debug/faults. cell/celltest's
+// delays) that it sends to replicas' /debug/faults. Another: cmd/lockcelld
+// may import api, because `lockcelld dev --procs` creates the dev tenant
+// through client, whose calls take and return api's types. cell/celltest's
 // "transport" includes the simulated network, transport/memnet.
 var allowed = map[string][]string{
 	"paxos":           {},
@@ -39,7 +41,7 @@ var allowed = map[string][]string{
 	"cell":            {"paxos", "namespace", "session", "sequencer", "api", "transport"},
 	"cell/celltest":   {"cell", "client", "api", "transport", "transport/memnet"},
 	"client":          {"api", "transport", "sequencer"},
-	"cmd/lockcelld":   {"cell", "client"},
+	"cmd/lockcelld":   {"cell", "client", "api"},
 	"cmd/lockctl":     {"client", "api"},
 	"tools":           {"client", "api", "sequencer", "cell", "cell/celltest", "namespace", "paxos", "transport"},
 	"bench":           {"client", "api", "sequencer", "cell", "cell/celltest"},

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/client"
+)
+
+// devProcsStopGrace is how long the replicas get to stop after SIGTERM
+// before they are killed.
+const devProcsStopGrace = 10 * time.Second
+
+// runDevProcs is `lockcelld dev --procs`: a local cell of one `lockcelld
+// serve` process per replica, written like an operator's (lockcelld init)
+// into dir on first start and reused after, with the dev tenant created and
+// dir/client.json holding its certificate and the administrator's. Killing
+// one replica's process shows a fail-over; this process keeps the others
+// running and says how to restart it. SIGINT or SIGTERM stops them all.
+func runDevProcs(ctx context.Context, dir string, port, n int, tenant, logLevel string, stdout, stderr io.Writer) int {
+	if _, err := os.Stat(filepath.Join(dir, "replica-1.json")); errors.Is(err, os.ErrNotExist) {
+		var addrs []string
+		for i := range n {
+			addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(port+i))
+		}
+		o := initOptions{dir: dir, name: "dev", tenant: tenant, principal: tenant, addrs: addrs, httpHost: "127.0.0.1", httpBase: port + 100}
+		if err := initCell(o); err != nil {
+			fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+			return exitError
+		}
+		// lockctl's settings: the dev tenant's certificate, and the
+		// administrator's for status and tenant commands.
+		cf := cell.ClientFile{Cell: "dev", Addrs: addrs, CA: "certs/ca.pem",
+			Cert: "certs/" + tenant + "-" + tenant + ".pem", Key: "certs/" + tenant + "-" + tenant + "-key.pem",
+			AdminCert: "certs/admin.pem", AdminKey: "certs/admin-key.pem", PublicKey: "certs/signing-pub.pem"}
+		b, _ := json.MarshalIndent(cf, "", "  ")
+		if err := os.WriteFile(filepath.Join(dir, "client.json"), append(b, '\n'), 0o600); err != nil {
+			fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+			return exitError
+		}
+	} else if err != nil {
+		fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+		return exitError
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+		return exitError
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
+		fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+		return exitError
+	}
+	type proc struct {
+		id   int
+		cmd  *exec.Cmd
+		done chan struct{}
+	}
+	var procs []*proc
+	stopAll := func() {
+		for _, p := range procs {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range procs {
+			select {
+			case <-p.done:
+			case <-time.After(devProcsStopGrace):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	}
+	exited := make(chan *proc, n)
+	for id := 1; id <= n; id++ {
+		logf, err := os.OpenFile(filepath.Join(dir, "logs", fmt.Sprintf("replica-%d.log", id)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+			stopAll()
+			return exitError
+		}
+		cmd := exec.Command(self, "serve", "--config", filepath.Join(dir, fmt.Sprintf("replica-%d.json", id)), "--log-level", logLevel)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		// Its own process group: a Ctrl-C reaches this process, which
+		// stops the replicas in order.
+		// Pdeathsig: if this process dies without stopping them, so do they.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+			stopAll()
+			return exitError
+		}
+		logf.Close()
+		p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
+		procs = append(procs, p)
+		go func() { _ = cmd.Wait(); close(p.done); exited <- p }()
+	}
+	defer stopAll()
+
+	// The dev tenant, once a master serves.
+	f, err := client.ReadConfigFile(filepath.Join(dir, "client.json"))
+	if err != nil {
+		fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+		return exitError
+	}
+	admin, err := f.Config(true)
+	if err != nil {
+		fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
+		return exitError
+	}
+	admin.Logger = slog.New(slog.DiscardHandler)
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := createTenant(sctx, admin, tenant); err != nil {
+		fmt.Fprintf(stderr, "lockcelld dev --procs: creating tenant %s: %v (replica logs in %s)\n", tenant, err, filepath.Join(dir, "logs"))
+		return exitError
+	}
+	cfgPath := filepath.Join(dir, "client.json")
+	fmt.Fprintf(stdout, "lockcell dev cell is up: %d replica processes on 127.0.0.1:%d-%d, status pages http://127.0.0.1:%d/ to :%d\n", n, port, port+n-1, port+100, port+100+n-1)
+	fmt.Fprintf(stdout, "logs: %s; client settings: %s\n", filepath.Join(dir, "logs"), cfgPath)
+	fmt.Fprintf(stdout, `
+Try it (in another terminal):
+  export LOCKCELL_CONFIG=%[1]s
+  go run ./cmd/lockctl status                     # which replica is master
+  go run ./cmd/lockctl put /%[2]s/hello world
+  kill -9 $(cat %[3]s)   # kill replica N's process (here N=1; see status)
+  go run ./cmd/lockctl status                     # another master within seconds
+  go run ./cmd/lockctl cell stepdown              # or a planned hand-over
+
+Ctrl-C stops every replica; running it again restarts the cell with its data.
+`, cfgPath, tenant, filepath.Join(dir, "data", "replica-1", "lockcell-pid"))
+	var once sync.Once
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(stdout, "stopping the replicas")
+			return exitOK
+		case p := <-exited:
+			fmt.Fprintf(stdout, "replica %d exited (%v); restart it with: %s serve --config %s\n", p.id, p.cmd.ProcessState, self, filepath.Join(dir, fmt.Sprintf("replica-%d.json", p.id)))
+			once.Do(func() {
+				fmt.Fprintln(stdout, "(the others keep running; a majority must run for the cell to serve)")
+			})
+		}
+	}
+}
+
+// createTenant creates tenant (if it does not exist) as the
+// administrator, retrying until a master serves or ctx ends.
+func createTenant(ctx context.Context, admin client.Config, tenant string) error {
+	admin.ReconnectMax = 200 * time.Millisecond
+	for {
+		err := func() error {
+			c, err := client.Dial(ctx, admin)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
+			return err
+		}()
+		if err == nil || errors.Is(err, api.ErrAlreadyExists) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
