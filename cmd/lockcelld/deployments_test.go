@@ -427,3 +427,32 @@ func TestKubernetesManifests(t *testing.T) {
 	check(len(marker) == 1 && marker[0] != secrets["config"], "the new-member marker is in Secrets %v; want one of its own, deleted after the first start", marker)
 	t.Logf("secrets.sh: %d Secrets, 5 replica configs loaded as a pod sees them; %d checks in all", len(made), checks)
 }
+
+// TestDeployingDocs checks the lockcelld commands docs/operations.md's
+// "Deploying" section tells operators to run, and that it names each file
+// it documents.
+func TestDeployingDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "\n## Deploying\n")
+	if i < 0 {
+		t.Fatal(`docs/operations.md has no "Deploying" section`)
+	}
+	s = s[i+1:]
+	if j := strings.Index(s[3:], "\n## "); j >= 0 {
+		s = s[:j+3]
+	}
+	for _, f := range []string{systemdUnit, k8sDir + "/secrets.sh"} {
+		if !strings.Contains(s, f) {
+			t.Errorf(`"Deploying" does not name %s`, f)
+		}
+	}
+	n := checkInvocations(t, "docs/operations.md", s)
+	t.Logf(`"Deploying": %d lockcelld commands and flags checked`, n)
+	if n < 4 {
+		t.Fatalf("checked only %d lockcelld commands and flags; want at least 4", n)
+	}
+}
