@@ -456,3 +456,111 @@ func TestDeployingDocs(t *testing.T) {
 		t.Fatalf("checked only %d lockcelld commands and flags; want at least 4", n)
 	}
 }
+
+// k8sExpand does what Kubernetes does to a container's command before it
+// runs: $(VAR) is replaced by the container's env var VAR, $$ becomes $.
+func k8sExpand(s string, env map[string]string) string {
+	re := regexp.MustCompile(`\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+	return re.ReplaceAllStringFunc(s, func(m string) string {
+		if m == "$$" {
+			return "$"
+		}
+		if v, ok := env[m[2:len(m)-1]]; ok {
+			return v
+		}
+		return m
+	})
+}
+
+// TestKubernetesPodCommands runs the StatefulSet's shell commands as a pod
+// would (expanded as Kubernetes expands them), with paths moved into a
+// temporary directory: pod lockcell-K serves replica K+1's config, and the
+// init container marks an empty volume as a new member only while the
+// lockcell-new-cell Secret is mounted, and never a volume that has a store.
+func TestKubernetesPodCommands(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("../..", k8sDir, "statefulset.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o k8sObject
+	var ss k8sStatefulSet
+	if err := json.Unmarshal(b, &o); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(o.Spec, &ss); err != nil {
+		t.Fatal(err)
+	}
+	spec := ss.Template.Spec
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 1 {
+		t.Fatalf("want one container and one init container")
+	}
+	shell := func(cmd []string, env ...string) (string, error) {
+		t.Helper()
+		if len(cmd) != 3 || cmd[0] != "/bin/sh" || cmd[1] != "-c" {
+			t.Fatalf("command %q is not /bin/sh -c SCRIPT", cmd)
+		}
+		c := exec.Command("sh", "-c", cmd[2])
+		c.Env = append(os.Environ(), env...)
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	serve := spec.Containers[0].Command
+	checks := 0
+	for k := range ss.Replicas {
+		pod := fmt.Sprintf("%s-%d", o.Metadata.Name, k)
+		cmd := slices.Clone(serve)
+		cmd[2] = strings.Replace(k8sExpand(cmd[2], nil), "exec /usr/local/bin/lockcelld ", "exec echo ", 1)
+		out, err := shell(cmd, "POD_NAME="+pod)
+		want := fmt.Sprintf("serve --config /etc/lockcell/replica-%d.json", k+1)
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("pod %s runs %q (%v); want %q", pod, out, err, want)
+		}
+		checks++
+	}
+
+	initCmd := spec.InitContainers[0].Command
+	for _, tc := range []struct {
+		name             string
+		secret, hasStore bool
+		wantMarker       bool
+	}{
+		{"first start of a new cell", true, false, true},
+		{"restart with a store, secret still there", true, true, false},
+		{"new empty volume after the first start", false, false, false},
+	} {
+		root := t.TempDir()
+		vol, secret := filepath.Join(root, "vol"), filepath.Join(root, "new-cell")
+		for _, d := range []string{vol, secret} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.secret {
+			if err := os.WriteFile(filepath.Join(secret, "lockcell-new-member"), []byte("new\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.hasStore {
+			if err := os.MkdirAll(filepath.Join(vol, "data"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(vol, "data", "000001.log"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := slices.Clone(initCmd)
+		cmd[2] = strings.NewReplacer("/var/lib/lockcell", vol, "/new-cell", secret).Replace(k8sExpand(cmd[2], nil))
+		if out, err := shell(cmd); err != nil {
+			t.Fatalf("%s: init container: %v\n%s", tc.name, err, out)
+		}
+		_, err := os.Stat(filepath.Join(vol, "data", "lockcell-new-member"))
+		if got := err == nil; got != tc.wantMarker {
+			t.Errorf("%s: new-member marker written %v; want %v", tc.name, got, tc.wantMarker)
+		}
+		checks++
+	}
+	t.Logf("%d pod commands run", checks)
+	if checks != ss.Replicas+3 || ss.Replicas != 5 {
+		t.Fatalf("ran %d pod commands for %d replicas; want 8 for 5", checks, ss.Replicas)
+	}
+}
