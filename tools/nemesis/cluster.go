@@ -47,6 +47,9 @@ type ClusterConfig struct {
 	Replicas int
 	// SessionLease is the session lease.
 	SessionLease time.Duration
+	// UnsafeNoFsync runs every replica with unsafe_no_fsync (a weakened
+	// run: a SIGKILL loses acknowledged writes).
+	UnsafeNoFsync bool
 	// Logger receives progress logs.
 	Logger *slog.Logger
 }
@@ -64,6 +67,8 @@ type Cluster struct {
 	Name      string
 
 	reps []*replica // index id-1
+	// setRetry is how long SetFaultsRunning retries.
+	setRetry time.Duration
 }
 
 type replica struct {
@@ -81,15 +86,26 @@ type replica struct {
 	syncDelay   time.Duration
 }
 
-// BuildLockcelld builds cmd/lockcelld into dir and returns the binary's
-// path. It runs `go build` in the module that holds the current directory.
+// BuildLockcelld builds cmd/lockcelld into dir, with its invariant checks
+// on (-tags invariants), and returns the binary's path. It runs `go build`
+// in the module that holds the current directory.
 func BuildLockcelld(ctx context.Context, dir string) (string, error) {
-	out := filepath.Join(dir, "lockcelld")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/lockcell/lockcell/cmd/lockcelld")
+	return goBuild(ctx, filepath.Join(dir, "lockcelld"), "invariants", "github.com/lockcell/lockcell/cmd/lockcelld")
+}
+
+// BuildWorker builds the nemesis command (whose "worker" mode runs a
+// worker) into dir with the given build tags, and returns the binary's
+// path.
+func BuildWorker(ctx context.Context, dir, tags string) (string, error) {
+	return goBuild(ctx, filepath.Join(dir, "nemesis-worker"), tags, "github.com/lockcell/lockcell/tools/nemesis/cmd/nemesis")
+}
+
+func goBuild(ctx context.Context, out, tags, pkg string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", tags, "-o", out, pkg)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("nemesis: go build lockcelld: %w: %s", err, stderr.String())
+		return "", fmt.Errorf("nemesis: go build -tags %s %s: %w: %s", tags, pkg, err, stderr.String())
 	}
 	return out, nil
 }
@@ -137,7 +153,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (_ *Cluster, err error
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{cfg: cfg, cellDir: filepath.Join(cfg.Dir, "cell"), log: cfg.Logger, Name: "nemesis",
-		httpc: &http.Client{Timeout: 2 * time.Second}}
+		httpc: &http.Client{Timeout: 2 * time.Second}, setRetry: 5 * time.Second}
 	defer func() {
 		if err != nil {
 			c.KillAll()
@@ -199,6 +215,10 @@ func (c *Cluster) writeConfigLocked(r *replica) error {
 	m["session_lease"] = c.cfg.SessionLease.String()
 	delete(m, "clock_scale")
 	delete(m, "sync_delay")
+	delete(m, "unsafe_no_fsync")
+	if c.cfg.UnsafeNoFsync {
+		m["unsafe_no_fsync"] = true
+	}
 	if r.clockScale != 0 && r.clockScale != 1 {
 		m["clock_scale"] = r.clockScale
 	}
@@ -368,7 +388,7 @@ type MasterSample struct {
 	Epoch string
 }
 
-var statusLine = regexp.MustCompile(`Replica (\d+) \((master|replica)\)\. Master: [^,]*, epoch (\d+\.\d+)\.`)
+var statusLine = regexp.MustCompile(`Replica (\d+) \((.+?)\)\. Master: [^,]*, epoch (\d+\.\d+)\.`)
 
 // MasterOf fetches replica id's status page and reads its role and epoch.
 func (c *Cluster) MasterOf(ctx context.Context, id uint64) (MasterSample, error) {
@@ -480,19 +500,41 @@ func (c *Cluster) SetFaults(ctx context.Context, id uint64, st transport.FaultSt
 	return nil
 }
 
-// HealAll removes every fault rule on every running replica (errors of
-// replicas that are down are ignored: a restarted replica has none).
-func (c *Cluster) HealAll(ctx context.Context) {
+// SetFaultsRunning installs st on replica id, retrying for up to 5 s while
+// its HTTP listener comes up (a replica restarted a moment ago). It fails
+// with ErrNotRunning if the replica is not running (or is paused).
+func (c *Cluster) SetFaultsRunning(ctx context.Context, id uint64, st transport.FaultState) error {
+	deadline := time.Now().Add(c.setRetry)
+	for {
+		if run, _ := c.Running(id); !run || c.Paused(id) {
+			return fmt.Errorf("%w: replica %d", ErrNotRunning, id)
+		}
+		err := c.SetFaults(ctx, id, st)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+}
+
+// HealAll removes every fault rule on every running replica. A replica
+// that is down or paused is skipped: a restarted replica starts with no
+// rules, and a paused one is healed when it is continued (Resume does not
+// heal; the schedule heals after it). The error names the replicas that
+// could not be healed.
+func (c *Cluster) HealAll(ctx context.Context) error {
+	var errs []error
 	for _, id := range c.IDs() {
-		if run, _ := c.Running(id); run && !c.Paused(id) {
-			_ = c.SetFaults(ctx, id, transport.FaultState{})
+		if err := c.SetFaultsRunning(ctx, id, transport.FaultState{}); err != nil && !errors.Is(err, ErrNotRunning) {
+			errs = append(errs, err)
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // AdminClient dials the cell as its administrator.
 func (c *Cluster) AdminClient(ctx context.Context) (*client.Client, error) {
-	f, err := client.ReadConfigFile(filepath.Join(c.cellDir, "client.json"))
+	f, err := client.ReadConfigFile(filepath.Join(c.cellDir, "admin.json"))
 	if err != nil {
 		return nil, err
 	}

@@ -27,10 +27,21 @@ type Entry struct {
 	Gen uint64 `json:"gen,omitempty"`
 	// Err says why an operation failed or is uncertain.
 	Err string `json:"err,omitempty"`
-	// Dur is a requested pause (Type pause) in nanoseconds.
-	Dur int64 `json:"dur,omitempty"`
 	// Text describes a nemesis event.
 	Text string `json:"text,omitempty"`
+	// Start and End are host monotonic nanoseconds (MonoNow): a hold's
+	// interval (Type hold), or when the nemesis stopped and continued a
+	// worker (Type stopped).
+	Start int64 `json:"m0,omitempty"`
+	End   int64 `json:"m1,omitempty"`
+	// Intact reports, for a hold, that the lock's context was intact at its
+	// end; Err then holds the cause if it was not.
+	Intact bool `json:"intact,omitempty"`
+	// Session is the worker's session (Type hold).
+	Session uint64 `json:"sess,omitempty"`
+	// Stale marks a fenced write made after the holder found its lock lost
+	// (a zombie's write).
+	Stale bool `json:"stale,omitempty"`
 }
 
 // Entry types.
@@ -44,9 +55,14 @@ const (
 	// TypeInfo: its outcome is unknown; it may take effect at any later
 	// time.
 	TypeInfo = "info"
-	// TypePause: the worker asks to be SIGSTOPped for Dur and then told to
-	// resume.
+	// TypePause: a zombie worker holds its lock and waits to be stopped;
+	// the nemesis stops it for longer than the session lease.
 	TypePause = "pause"
+	// TypeStopped: the nemesis stopped a worker (Start) and continued it
+	// (End).
+	TypeStopped = "stopped"
+	// TypeHold: a worker's hold of a lock (Key), see Hold.
+	TypeHold = "hold"
 	// TypeFault: the nemesis started a fault.
 	TypeFault = "fault"
 	// TypeHeal: the nemesis ended a fault.

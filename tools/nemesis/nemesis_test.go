@@ -32,8 +32,10 @@ var (
 	shortSeed     = flag.Uint64("nemesis.seed", 0, "seed of TestNemesisShort (0: from the clock)")
 )
 
-// TestNemesisShort runs a short schedule on a real five-process cell and
-// requires no violation.
+// TestNemesisShort runs a short schedule on a real five-process cell (a 3 s
+// session lease, so that zombies come often) and requires no violation,
+// floors included: every checker judged enough and every fault kind was
+// applied.
 func TestNemesisShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cell of real processes for about a minute")
@@ -45,9 +47,11 @@ func TestNemesisShort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, Options{
-		Duration:   *shortDuration,
-		Seed:       seed,
-		WorkerArgv: func(f string) []string { return []string{os.Args[0], "worker", f} },
+		Duration:     *shortDuration,
+		Lockcelld:    testLockcelld(t),
+		Seed:         seed,
+		SessionLease: 3 * time.Second,
+		WorkerArgv:   func(f string) []string { return []string{os.Args[0], "worker", f} },
 	})
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
@@ -58,18 +62,4 @@ func TestNemesisShort(t *testing.T) {
 	if !res.OK() {
 		t.Fatalf("%s", res.Verdict())
 	}
-	if res.Operations["fenced"]["ok"] == 0 || res.AckedCreates == 0 || res.RegisterOps == 0 {
-		t.Fatalf("seed %d: a workload made no progress: %v", seed, res.Operations)
-	}
-	if n := totalFaults(res.Faults); n == 0 {
-		t.Fatalf("seed %d: no fault was injected", seed)
-	}
-}
-
-func totalFaults(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }

@@ -25,9 +25,12 @@ type proc struct {
 }
 
 // startProc starts argv in its own process group, its output appended to
-// logFile.
-func startProc(name string, argv []string, logFile string, stdin io.Reader, stdout io.Writer) (*proc, error) {
+// logFile, with env added to this process's environment.
+func startProc(name string, argv []string, logFile string, stdin io.Reader, stdout io.Writer, env ...string) (*proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = sysProcAttr()
 	lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -19,11 +19,17 @@ import (
 // loopback from the nemesis process. It runs in this process rather than
 // its own because it is the observer, not a subject: the checkers read its
 // records directly, and no fault is aimed at it.
+//
+// Beside the fenced store (/kv/) it serves an unfenced register (/open/):
+// the holders make the same read-modify-write on both, so that the report
+// shows what fencing prevented — the stale writes the unfenced register
+// took, and the increments they lost.
 type resource struct {
-	kv   *fencedkv.Server // nil when the sequencer check is off
-	open *openKV          // the unfenced store of a weakened run
-	srv  *http.Server
-	ln   net.Listener
+	kv       *fencedkv.Server // nil when the sequencer check is off
+	unfenced *openKV          // the fenced store of a weakened run: no check
+	open     *openKV          // the unfenced register
+	srv      *http.Server
+	ln       net.Listener
 }
 
 // lockOfKey maps a resource key ("claim-3", "counter-3") to its lock path.
@@ -37,19 +43,20 @@ func lockOfKey(prefix string) func(string) string {
 // startResource serves the protected resource; with fenced false its
 // sequencer check is switched off (a weakened run).
 func startResource(pub ed25519.PublicKey, cellName, prefix string, fenced bool) (*resource, error) {
-	r := &resource{}
-	var h http.Handler
+	r := &resource{open: &openKV{data: map[string][]byte{}}}
+	h := http.NewServeMux()
 	if fenced {
 		v, err := sequencer.NewValidator(sequencer.ValidatorConfig{PublicKey: pub, Cell: cellName})
 		if err != nil {
 			return nil, err
 		}
 		r.kv = fencedkv.New(v, lockOfKey(prefix))
-		h = r.kv.Handler()
+		h.Handle("/kv/", r.kv.Handler())
 	} else {
-		r.open = &openKV{data: map[string][]byte{}}
-		h = r.open.handler()
+		r.unfenced = &openKV{data: map[string][]byte{}}
+		h.Handle("/kv/", r.unfenced.handler("/kv/"))
 	}
+	h.Handle("/open/", r.open.handler("/open/"))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -62,12 +69,16 @@ func startResource(pub ed25519.PublicKey, cellName, prefix string, fenced bool) 
 
 func (r *resource) url() string { return "http://" + r.ln.Addr().String() }
 
+// records returns the fenced store's records.
 func (r *resource) records() []fencedkv.Record {
 	if r.kv != nil {
 		return r.kv.Records()
 	}
-	return r.open.records()
+	return r.unfenced.records()
 }
+
+// openRecords returns the unfenced register's records.
+func (r *resource) openRecords() []fencedkv.Record { return r.open.records() }
 
 func (r *resource) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -76,8 +87,9 @@ func (r *resource) close() {
 }
 
 // openKV is fencedkv with its sequencer check switched off: it records the
-// sequencer a write carries and accepts every write. Only weakened runs use
-// it, to prove that the checkers see what fencing prevents.
+// sequencer a write carries and accepts every write. It is the unfenced
+// register of every run, and the fenced store of a weakened run (to prove
+// that the checkers see what fencing prevents).
 type openKV struct {
 	mu   sync.Mutex
 	data map[string][]byte
@@ -90,9 +102,10 @@ func (o *openKV) records() []fencedkv.Record {
 	return append([]fencedkv.Record(nil), o.recs...)
 }
 
-func (o *openKV) handler() http.Handler {
+// handler serves GET and PUT of prefix+key.
+func (o *openKV) handler(prefix string) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /kv/{key}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+prefix+"{key}", func(w http.ResponseWriter, r *http.Request) {
 		o.mu.Lock()
 		v, ok := o.data[r.PathValue("key")]
 		o.mu.Unlock()
@@ -102,7 +115,7 @@ func (o *openKV) handler() http.Handler {
 		}
 		_, _ = w.Write(v)
 	})
-	mux.HandleFunc("PUT /kv/{key}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("PUT "+prefix+"{key}", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, fencedkv.MaxValue+1))
 		if err != nil || len(body) > fencedkv.MaxValue {
 			http.Error(w, "value unreadable or too large", http.StatusRequestEntityTooLarge)

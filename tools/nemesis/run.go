@@ -26,6 +26,15 @@ import (
 const (
 	// WeakenNoFence switches the resource's sequencer check off.
 	WeakenNoFence = "nofence"
+	// WeakenNoFsync runs every replica with unsafe_no_fsync and kills
+	// them all, again and again (lost acknowledged writes must be
+	// detected).
+	WeakenNoFsync = "nofsync"
+	// WeakenLockCtx runs the workers built with the
+	// lockcell_weaken_lockctx tag, whose lock contexts ignore the lease
+	// deadline (zombies resuming with an intact context, and overlapping
+	// holds, must be detected).
+	WeakenLockCtx = "lockctx"
 	// WeakenSkew runs one replica's clock at twice the tick length (far
 	// beyond the 1% drift bound) and isolates it whenever it is master.
 	WeakenSkew = "skew"
@@ -38,7 +47,8 @@ type Options struct {
 	// Seed seeds the fault schedule and the workers.
 	Seed uint64
 	// Workers is K, the number of worker processes (at least 4: fenced,
-	// zombie, register, ack-set). If zero, 6.
+	// zombie, register, ack-set). If zero, 7: two fenced, two zombies,
+	// two registers, one ack-set.
 	Workers int
 	// Dir, if set, holds the run's files and is kept; otherwise a temporary
 	// directory is used and removed unless the run fails.
@@ -48,9 +58,11 @@ type Options struct {
 	// WorkerArgv returns the command line of a worker process given its
 	// config file. If nil, this executable with arguments "worker FILE".
 	WorkerArgv func(configFile string) []string
-	// Weaken is "", WeakenNoFence or WeakenSkew.
+	// Weaken is "" or one of the Weaken* constants: a weakened run, which
+	// must be caught by its target checker (TargetChecker).
 	Weaken string
-	// SessionLease is the cell's session lease. If zero, 3 s.
+	// SessionLease is the cell's session lease. If zero, 12 s (the cell's
+	// default, Chubby's). Zombie workers are stopped for longer than it.
 	SessionLease time.Duration
 	// RecoveryBound is how long the cell may take to serve a write after
 	// the faults stop. If zero, 30 s.
@@ -58,6 +70,20 @@ type Options struct {
 	// Logger receives progress logs. If nil, nothing is logged.
 	Logger *slog.Logger
 }
+
+// targets maps each weakening to the checker that must catch it.
+var targets = map[string]string{
+	WeakenNoFence: CheckerFencing,
+	WeakenSkew:    CheckerOverlap,
+	WeakenNoFsync: CheckerAckSet,
+	WeakenLockCtx: CheckerMutex,
+}
+
+// TargetChecker names the checker that must catch weakening w ("" for none).
+func TargetChecker(w string) string { return targets[w] }
+
+// Weakenings lists the weakenings.
+func Weakenings() []string { return []string{WeakenNoFence, WeakenSkew, WeakenNoFsync, WeakenLockCtx} }
 
 // MasterLease is the master lease of the cell's default timings (100 ticks
 // of 10 ms).
@@ -68,15 +94,19 @@ const DriftBound = 0.01
 
 // Result is the outcome of a run.
 type Result struct {
-	Seed       uint64
-	Weaken     string
+	Seed   uint64
+	Weaken string
+	// Target is the checker that must catch the weakening ("" for a
+	// normal run).
+	Target     string
 	Duration   time.Duration
 	Dir        string
 	Violations []Violation
 	// Operations counts completed worker operations by kind ("get", "set",
 	// "cas", "create", "fenced") and outcome.
 	Operations map[string]map[string]int
-	// Faults counts injected faults by kind.
+	// Faults counts the schedule's faults applied, by kind (the zombies'
+	// pauses are in Mutex, not here).
 	Faults map[string]int
 	// Failovers counts changes of the serving master seen by the sampler.
 	Failovers int
@@ -91,6 +121,16 @@ type Result struct {
 	// Recovery is how long the cell took to serve a write after the faults
 	// stopped.
 	Recovery time.Duration
+	// Judged counts, per checker (and per floor key, see FloorsFor), what
+	// it judged; Floors are the floors the run was held to.
+	Judged, Floors map[string]int
+	// Mutex is the mutual-exclusion checker's report: holds judged, and
+	// each zombie with its outcome.
+	Mutex MutexReport
+	// Stale is what fencing prevented.
+	Stale StaleReport
+	// FaultErrors lists the faults that could not be applied.
+	FaultErrors []string
 	// Notes lists things worth knowing that are not violations (faults that
 	// could not be injected, for example).
 	Notes []string
@@ -101,11 +141,25 @@ type Result struct {
 // OK reports a run without violations.
 func (r *Result) OK() bool { return len(r.Violations) == 0 }
 
+// Detected reports a weakened run caught by its target checker.
+func (r *Result) Detected() bool { return r.Target != "" && hasChecker(r.Violations, r.Target) }
+
+// Passed reports the run's verdict: a normal run passes without
+// violations, a weakened one when its target checker caught it.
+func (r *Result) Passed() bool {
+	if r.Weaken != "" {
+		return r.Detected()
+	}
+	return r.OK()
+}
+
 // run is the state of one run.
 type run struct {
 	opts Options
 	log  *slog.Logger
-	rng  *rand.Rand
+	rng  *rand.Rand // the schedule's
+	// rng2 draws the zombie pauses. REQUIRES: mu held.
+	rng2 *rand.Rand
 	dir  string
 	c    *Cluster
 	res  *resource
@@ -115,8 +169,14 @@ type run struct {
 	samples []Sample
 	faults  map[string]int
 	notes   []string
+	// faultErrors lists the faults that could not be applied.
+	faultErrors []string
 
-	faultsOK bool
+	// zombies counts the zombie pauses in progress; stopping, closed when
+	// the workers are about to stop, ends them early. A pause starts (Add)
+	// and stopping closes under mu.
+	zombies  sync.WaitGroup
+	stopping chan struct{}
 }
 
 const prefix = "/" + Tenant
@@ -147,16 +207,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, errors.New("nemesis: Duration must be positive")
 	}
 	if opts.Workers == 0 {
-		opts.Workers = 6
+		opts.Workers = 7
 	}
 	if opts.Workers < 4 {
 		return nil, errors.New("nemesis: at least 4 workers")
 	}
-	if opts.Weaken != "" && opts.Weaken != WeakenNoFence && opts.Weaken != WeakenSkew {
+	if _, ok := targets[opts.Weaken]; !ok && opts.Weaken != "" {
 		return nil, fmt.Errorf("nemesis: unknown weakening %q", opts.Weaken)
 	}
 	if opts.SessionLease == 0 {
-		opts.SessionLease = 3 * time.Second
+		opts.SessionLease = 12 * time.Second
 	}
 	if opts.RecoveryBound == 0 {
 		opts.RecoveryBound = 30 * time.Second
@@ -181,12 +241,12 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &run{opts: opts, log: opts.Logger, rng: rand.New(rand.NewPCG(opts.Seed, 0x6e656d)), dir: dir, faults: map[string]int{}}
+	r := &run{opts: opts, log: opts.Logger, rng: rand.New(rand.NewPCG(opts.Seed, 0x6e656d)), rng2: rand.New(rand.NewPCG(opts.Seed, 0x7a6f6d)), dir: dir, faults: map[string]int{}, stopping: make(chan struct{})}
 	result, err := r.run(ctx)
 	if result != nil {
 		result.Dir = dir
 	}
-	if !keep && err == nil && result.OK() {
+	if !keep && err == nil && result.Passed() {
 		_ = os.RemoveAll(dir)
 		result.Dir = ""
 	}
@@ -201,19 +261,22 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 		r.opts.Lockcelld = bin
 	}
-	c, err := StartCluster(ctx, ClusterConfig{Dir: r.dir, Lockcelld: r.opts.Lockcelld, SessionLease: r.opts.SessionLease, Logger: r.log})
+	if r.opts.Weaken == WeakenLockCtx {
+		bin, err := BuildWorker(ctx, r.dir, "lockcell_weaken_lockctx")
+		if err != nil {
+			return nil, err
+		}
+		r.opts.WorkerArgv = func(f string) []string { return []string{bin, "worker", f} }
+	}
+	c, err := StartCluster(ctx, ClusterConfig{Dir: r.dir, Lockcelld: r.opts.Lockcelld, SessionLease: r.opts.SessionLease, Logger: r.log,
+		UnsafeNoFsync: r.opts.Weaken == WeakenNoFsync})
 	if err != nil {
 		return nil, err
 	}
 	r.c = c
 	defer c.KillAll()
-	if err := c.FaultsAvailable(ctx, 1); err != nil {
-		r.note("partitions disabled: /debug/faults does not answer (%v)", err)
-	} else {
-		r.faultsOK = true
-	}
-	if r.opts.Weaken == WeakenSkew && !r.faultsOK {
-		return nil, errors.New("nemesis: the skew run needs /debug/faults to isolate the master")
+	if err := r.checkFaultsAvailable(ctx); err != nil {
+		return nil, err
 	}
 	if err := r.setupNamespace(ctx); err != nil {
 		return nil, err
@@ -243,10 +306,17 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 
 	start := time.Now()
 	fctx, cancel := context.WithTimeout(ctx, r.opts.Duration)
-	if r.opts.Weaken == WeakenSkew {
+	switch r.opts.Weaken {
+	case WeakenSkew:
 		r.skewSchedule(fctx)
-	} else {
-		r.schedule(fctx)
+	case WeakenNoFsync:
+		r.killAllSchedule(fctx)
+	case WeakenNoFence, WeakenLockCtx:
+		// The zombies are the fault: nothing else, so that a short run
+		// gives them many holds.
+		<-fctx.Done()
+	default:
+		r.schedule(ctx) // it keeps its own end: every kind once, Duration at least
 	}
 	cancel()
 	elapsed := time.Since(start)
@@ -263,19 +333,26 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	stopSampler()
 	samplerDone.Wait()
 
-	result := &Result{Seed: r.opts.Seed, Weaken: r.opts.Weaken, Duration: elapsed, Recovery: recovery, Faults: r.faults}
+	result := &Result{Seed: r.opts.Seed, Weaken: r.opts.Weaken, Target: TargetChecker(r.opts.Weaken), Duration: elapsed, Recovery: recovery, Faults: r.faults, Judged: map[string]int{}}
 	if rerr != nil {
 		result.Violations = append(result.Violations, Violation{CheckerRecovery, rerr.Error()})
 	} else if recovery > r.opts.RecoveryBound {
 		result.Violations = append(result.Violations, Violation{CheckerRecovery, fmt.Sprintf("the cell took %v to serve a write after the faults stopped (bound %v)", recovery.Round(time.Millisecond), r.opts.RecoveryBound)})
 	}
 	r.finalChecks(result)
+	result.Floors = FloorsFor(r.opts)
+	if !r.hasZombies() {
+		delete(result.Floors, FloorZombies)
+		delete(result.Floors, FloorStaleAttempted)
+		delete(result.Floors, FloorStaleRefused)
+	}
+	result.Violations = append(result.Violations, CheckFloors(result, result.Floors)...)
 	if r.opts.Dir != "" {
 		if err := r.writeSamples(filepath.Join(r.dir, "samples.jsonl")); err != nil {
 			r.note("writing the samples: %v", err)
 		}
 	}
-	if !result.OK() {
+	if !result.OK() || !result.Passed() {
 		result.HistoryFile = filepath.Join(r.dir, "history.jsonl")
 		if err := r.writeHistory(result.HistoryFile); err != nil {
 			r.note("writing the history: %v", err)
@@ -285,6 +362,31 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	result.Notes = append(result.Notes, r.notes...)
 	r.mu.Unlock()
 	return result, nil
+}
+
+// ErrFaultsUnavailable reports a cell whose replicas do not serve
+// /debug/faults: the partition faults could not be applied, so the run
+// cannot be carried out.
+var ErrFaultsUnavailable = errors.New("nemesis: /debug/faults does not answer")
+
+// checkFaultsAvailable asks every replica's /debug/faults, for up to 10 s
+// each (a replica may still be starting).
+func (r *run) checkFaultsAvailable(ctx context.Context) error {
+	for _, id := range r.c.IDs() {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var err error
+		for {
+			if err = r.c.FaultsAvailable(fctx, id); err == nil || fctx.Err() != nil {
+				break
+			}
+			sleepCtx(fctx, 100*time.Millisecond)
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w on replica %d: %w", ErrFaultsUnavailable, id, err)
+		}
+	}
+	return nil
 }
 
 // setupNamespace creates the workloads' files: lock nodes
@@ -333,11 +435,13 @@ type workerProc struct {
 	stdin io.WriteCloser
 	mu    sync.Mutex // serializes writes to stdin
 	done  chan struct{}
+	// marker is a zombie's stop marker file ("" for other roles).
+	marker string
 }
 
 func (r *run) roles() []string {
 	roles := []string{RoleFenced, RoleZombie, RoleRegister, RoleAckSet}
-	extra := []string{RoleRegister, RoleFenced, RoleRegister, RoleAckSet, RoleZombie}
+	extra := []string{RoleRegister, RoleFenced, RoleZombie, RoleRegister, RoleAckSet}
 	for i := 0; len(roles) < r.opts.Workers; i++ {
 		roles = append(roles, extra[i%len(extra)])
 	}
@@ -350,7 +454,17 @@ func (r *run) startWorkers() ([]*workerProc, error) {
 		cfg := WorkerConfig{
 			ID: id, Role: role, ClientFile: r.c.ClientFile, ResourceURL: r.res.url(), Prefix: prefix,
 			Seed: r.opts.Seed ^ uint64(id+1)*0x9e3779b97f4a7c15, RegisterKeys: registerKeys, Locks: fencedLocks,
-			PauseMin: r.opts.SessionLease * 3 / 2, PauseMax: r.opts.SessionLease * 3, GracePeriod: 10 * time.Second,
+			GracePeriod: 10 * time.Second,
+		}
+		var env []string
+		if role == RoleZombie {
+			cfg.MarkerFile = filepath.Join(r.dir, fmt.Sprintf("worker-%d.marker", id))
+			if err := os.WriteFile(cfg.MarkerFile, make([]byte, 4), 0o600); err != nil {
+				return out, err
+			}
+			// NB: see spinUntilStopped: the zombie's spin must not be
+			// preempted, so that its look after SIGCONT comes first.
+			env = append(env, "GODEBUG=asyncpreemptoff=1")
 		}
 		b, _ := json.Marshal(cfg)
 		file := filepath.Join(r.dir, fmt.Sprintf("worker-%d.json", id))
@@ -366,7 +480,7 @@ func (r *run) startWorkers() ([]*workerProc, error) {
 			return out, err
 		}
 		p, err := startProc(fmt.Sprintf("worker %d", id), r.opts.WorkerArgv(file),
-			filepath.Join(r.dir, "logs", fmt.Sprintf("worker-%d.log", id)), stdinR, stdoutW)
+			filepath.Join(r.dir, "logs", fmt.Sprintf("worker-%d.log", id)), stdinR, stdoutW, env...)
 		stdinR.Close()
 		stdoutW.Close()
 		if err != nil {
@@ -374,7 +488,7 @@ func (r *run) startWorkers() ([]*workerProc, error) {
 			stdoutR.Close()
 			return out, err
 		}
-		w := &workerProc{id: id, role: role, p: p, stdin: stdinW, done: make(chan struct{})}
+		w := &workerProc{id: id, role: role, p: p, stdin: stdinW, done: make(chan struct{}), marker: cfg.MarkerFile}
 		out = append(out, w)
 		go r.readWorker(w, stdoutR)
 	}
@@ -393,31 +507,91 @@ func (r *run) readWorker(w *workerProc, out io.ReadCloser) {
 			continue
 		}
 		r.record(e)
-		if e.Type == TypePause {
-			go r.pauseWorker(w, time.Duration(e.Dur))
+		if e.Type == TypePause && w.role == RoleZombie {
+			r.mu.Lock()
+			select {
+			case <-r.stopping:
+			default:
+				r.zombies.Add(1)
+				go func() { defer r.zombies.Done(); r.pauseZombie(w) }()
+			}
+			r.mu.Unlock()
 		}
 	}
 }
 
-// pauseWorker SIGSTOPs a worker that asked for it, SIGCONTs it after d and
-// tells it to resume.
-func (r *run) pauseWorker(w *workerProc, d time.Duration) {
-	if err := w.p.signal(syscall.SIGSTOP); err != nil {
+// zombiePause is how long the nemesis stops a zombie: past twice the
+// session lease by a margin (at least 2 s), drawn from the run's seed.
+// Past one lease the holder's own lease has run out, so it must find its
+// lock lost; past two the master has expired its session too (a KeepAlive
+// it sent just before the stop may be answered, extending the lease at the
+// master, up to a lease later) and granted the lock to another worker, so
+// that the zombie really races someone.
+func (r *run) zombiePause() time.Duration {
+	lease := r.opts.SessionLease
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return 2*lease + max(2*time.Second, lease/4) + uniform(r.rng2, 0, lease/4)
+}
+
+// setMarker sets a zombie's marker word, in place (the zombie has the
+// file mapped).
+func setMarker(file string) error {
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt([]byte{1, 0, 0, 0}, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// pauseZombie stops a zombie worker that announced it holds its lock and
+// waits (spinning) to be stopped: after a short random delay, SIGSTOP; after
+// zombiePause, SIGCONT. Both instants are taken on the host's monotonic
+// clock and recorded, for the mutual-exclusion checker.
+func (r *run) pauseZombie(w *workerProc) {
+	r.mu.Lock()
+	delay := uniform(r.rng2, 0, 100*time.Millisecond)
+	r.mu.Unlock()
+	d := r.zombiePause()
+	select {
+	case <-time.After(delay): // NB: when to stop the holder is the fault itself.
+	case <-r.stopping:
 		return
 	}
-	r.mu.Lock()
-	r.faults["pause-worker"]++
-	r.mu.Unlock()
-	time.Sleep(d) // NB: the pause itself is the fault; nothing to wait for.
-	_ = w.p.signal(syscall.SIGCONT)
-	w.mu.Lock()
-	_, _ = io.WriteString(w.stdin, "resume\n")
-	w.mu.Unlock()
+	stop := MonoNow()
+	if err := w.p.signal(syscall.SIGSTOP); err != nil {
+		r.note("stopping zombie worker %d: %v", w.id, err)
+		return
+	}
+	select {
+	case <-time.After(d): // NB: the pause itself is the fault; nothing to wait for.
+	case <-r.stopping:
+		// The run ends: continue the worker now (the pause, recorded as
+		// it really was, may then be too short to make a zombie).
+	}
+	if w.marker != "" {
+		if err := setMarker(w.marker); err != nil {
+			r.note("setting zombie worker %d's marker: %v", w.id, err)
+		}
+	}
+	cont := MonoNow()
+	if err := w.p.signal(syscall.SIGCONT); err != nil {
+		r.note("continuing zombie worker %d: %v", w.id, err)
+	}
+	r.record(Entry{Source: "nemesis", Type: TypeStopped, Worker: w.id, Start: stop, End: cont})
 }
 
 // stopWorkers closes the workers' stdin (their signal to stop) and kills
 // those that do not exit in time.
 func (r *run) stopWorkers(ws []*workerProc) {
+	r.mu.Lock()
+	close(r.stopping)
+	r.mu.Unlock()
+	r.zombies.Wait()
 	for _, w := range ws {
 		_ = w.p.signal(syscall.SIGCONT)
 		w.mu.Lock()
@@ -489,8 +663,8 @@ func (r *run) healEverything(ctx context.Context) {
 			}
 		}
 	}
-	if r.faultsOK {
-		r.c.HealAll(ctx)
+	if err := r.c.HealAll(ctx); err != nil {
+		r.faultFailed("heal", err)
 	}
 	r.record(Entry{Source: "nemesis", Type: TypeHeal, Text: "all faults healed"})
 }
@@ -530,12 +704,32 @@ func (r *run) probeWrite(ctx context.Context) error {
 	return err
 }
 
+// faultViolations: every fault that could not be applied fails the run.
+func faultViolations(errs []string) []Violation {
+	var out []Violation
+	for _, e := range errs {
+		out = append(out, Violation{CheckerFaults, "not applied: " + e})
+	}
+	return out
+}
+
+func (r *run) hasZombies() bool {
+	for _, role := range r.roles() {
+		if role == RoleZombie {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *run) finalChecks(res *Result) {
 	r.mu.Lock()
 	history := append([]Entry(nil), r.history...)
 	samples := append([]Sample(nil), r.samples...)
+	res.FaultErrors = append([]string(nil), r.faultErrors...)
 	r.mu.Unlock()
 	sort.SliceStable(history, func(i, j int) bool { return history[i].Time < history[j].Time })
+	res.Violations = append(res.Violations, faultViolations(res.FaultErrors)...)
 
 	res.Operations = map[string]map[string]int{}
 	for _, e := range history {
@@ -549,45 +743,61 @@ func (r *run) finalChecks(res *Result) {
 	}
 	// The resource.
 	recs := r.res.records()
+	counters := 0
 	for _, rec := range recs {
 		if rec.Accepted {
 			res.ResourceAccepted++
+			if strings.HasPrefix(rec.Key, "counter-") {
+				counters++
+			}
 		} else {
 			res.ResourceRejected++
 		}
 	}
+	res.Judged[CheckerFencing] = res.ResourceAccepted
+	res.Judged[CheckerInterleaving] = res.ResourceAccepted
+	res.Judged[CheckerLostUpdate] = counters
 	res.Violations = append(res.Violations, CheckResource(recs, lockOfKey(prefix))...)
+	res.Stale = ComputeStale(history, recs, r.res.openRecords())
+	res.Judged[FloorStaleAttempted] = res.Stale.Attempted
+	res.Judged[FloorStaleRefused] = res.Stale.Refused
+	// Mutual exclusion.
+	holds, pauses := HoldsAndPauses(history)
+	var vs []Violation
+	res.Mutex, vs = CheckMutex(holds, pauses, r.opts.SessionLease)
+	res.Violations = append(res.Violations, vs...)
+	res.Judged[CheckerMutex] = res.Mutex.Holds
+	res.Judged[FloorZombies] = len(res.Mutex.Zombies)
 	// The ack set.
 	present, err := r.listAcks()
 	if err != nil {
 		res.Violations = append(res.Violations, Violation{CheckerAckSet, "cannot list the ack-set directory at the end: " + err.Error()})
 	} else {
-		var vs []Violation
 		res.AckedCreates, vs = CheckAckSet(history, present)
 		res.Violations = append(res.Violations, vs...)
+		res.Judged[CheckerAckSet] = res.AckedCreates
 	}
 	// Registers.
-	var vs []Violation
 	res.RegisterOps, res.Decided, vs = CheckRegisters(history, time.Minute)
 	res.Violations = append(res.Violations, vs...)
-	if !res.Decided {
-		r.note("porcupine timed out: the register history is undecided")
+	if res.Decided {
+		res.Judged[CheckerLinearizable] = res.RegisterOps
 	}
-	// Masters. A sampler that never saw a master would make this check
-	// vacuous (say, if the status page changed its format): that fails too.
-	served := false
+	// Masters.
 	for _, s := range samples {
-		served = served || s.Master
-	}
-	if !served {
-		res.Violations = append(res.Violations, Violation{CheckerOverlap, fmt.Sprintf("the sampler saw no replica serve as master in %d polls: the check would be vacuous", len(samples))})
+		if s.Master {
+			res.Judged[CheckerOverlap]++
+		}
 	}
 	res.Violations = append(res.Violations, CheckOverlap(samples)...)
 	res.Failovers = countFailovers(samples)
 	// Checksums.
-	if v := r.checkChecksums(); v != nil {
+	if n, v := r.checkChecksums(); v != nil {
 		res.Violations = append(res.Violations, *v)
+	} else {
+		res.Judged[CheckerChecksums] = n
 	}
+	res.Judged[CheckerRecovery] = 1
 }
 
 func countFailovers(samples []Sample) int {
@@ -635,8 +845,8 @@ func (r *run) listAcks() (map[string]bool, error) {
 }
 
 // checkChecksums waits until every replica has applied the same slot and
-// compares their state checksums.
-func (r *run) checkChecksums() *Violation {
+// compares their state checksums; it returns how many it compared.
+func (r *run) checkChecksums() (int, *Violation) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var last string
@@ -664,11 +874,11 @@ func (r *run) checkChecksums() *Violation {
 					break
 				}
 				if st.Checksum != ref.Checksum {
-					return &Violation{CheckerChecksums, fmt.Sprintf("replicas %d and %d applied slot %d with checksums %016x and %016x", ref.Replica, st.Replica, st.Applied, ref.Checksum, st.Checksum)}
+					return 0, &Violation{CheckerChecksums, fmt.Sprintf("replicas %d and %d applied slot %d with checksums %s and %s", ref.Replica, st.Replica, st.Applied, ref.Checksum, st.Checksum)}
 				}
 			}
 			if same && ref.Applied > 0 {
-				return nil
+				return len(sts), nil
 			}
 			var parts []string
 			for _, id := range r.c.IDs() {
@@ -678,7 +888,7 @@ func (r *run) checkChecksums() *Violation {
 		}
 		select {
 		case <-ctx.Done():
-			return &Violation{CheckerChecksums, "replicas did not converge within 30s: " + last}
+			return 0, &Violation{CheckerChecksums, "replicas did not converge within 30s: " + last}
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -737,13 +947,15 @@ func partitionRules(a, b []uint64) transport.FaultState {
 	return st
 }
 
-// setEverywhere installs st on every running replica.
-func (r *run) setEverywhere(ctx context.Context, st transport.FaultState) {
+// setEverywhere installs st on every running replica. A replica that is
+// not running is skipped (it has no rules when it starts); any other
+// failure is returned: the fault was not applied as drawn.
+func (r *run) setEverywhere(ctx context.Context, st transport.FaultState) error {
+	var errs []error
 	for _, id := range r.c.IDs() {
-		if run, _ := r.c.Running(id); run && !r.c.Paused(id) {
-			if err := r.c.SetFaults(ctx, id, st); err != nil {
-				r.note("faults on replica %d: %v", id, err)
-			}
+		if err := r.c.SetFaultsRunning(ctx, id, st); err != nil && !errors.Is(err, ErrNotRunning) {
+			errs = append(errs, fmt.Errorf("faults on replica %d: %w", id, err))
 		}
 	}
+	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -23,35 +24,30 @@ const (
 )
 
 type faultSpec struct {
-	kind      string
-	weight    int
-	partition bool
+	kind   string
+	weight int
 }
 
 var faultMenu = []faultSpec{
-	{FaultKillMaster, 3, false},
-	{FaultKillMinority, 2, false},
-	{FaultKillAll, 1, false},
-	{FaultPauseMaster, 3, false},
-	{FaultIsolateMaster, 3, true},
-	{FaultPartitionSplit, 2, true},
-	{FaultOneWay, 2, true},
-	{FaultClockSkew, 1, false},
-	{FaultSlowFsync, 1, false},
+	{FaultKillMaster, 3},
+	{FaultKillMinority, 2},
+	{FaultKillAll, 1},
+	{FaultPauseMaster, 3},
+	{FaultIsolateMaster, 3},
+	{FaultPartitionSplit, 2},
+	{FaultOneWay, 2},
+	{FaultClockSkew, 1},
+	{FaultSlowFsync, 1},
 }
 
+// pick draws a fault kind by weight.
 func (r *run) pick() string {
 	total := 0
 	for _, f := range faultMenu {
-		if !f.partition || r.faultsOK {
-			total += f.weight
-		}
+		total += f.weight
 	}
 	n := r.rng.IntN(total)
 	for _, f := range faultMenu {
-		if f.partition && !r.faultsOK {
-			continue
-		}
 		if n < f.weight {
 			return f.kind
 		}
@@ -60,29 +56,98 @@ func (r *run) pick() string {
 	return FaultKillMaster
 }
 
+// FaultKinds lists every fault kind of the schedule.
+func FaultKinds() []string {
+	var out []string
+	for _, f := range faultMenu {
+		out = append(out, f.kind)
+	}
+	return out
+}
+
 func uniform(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
 }
 
-// schedule injects faults, one at a time with quiet gaps, until ctx ends.
+// schedule injects faults, one at a time with quiet gaps, for the run's
+// Duration. The first faults are every kind once, in an order drawn from
+// the seed, and the schedule runs past Duration (by at most
+// scheduleOvertime) until each kind was applied, so that every run applies
+// every kind. A fault that cannot be applied is a failure of the run
+// (faultFailed), except for want of a master to aim at: that kind is drawn
+// again later.
 func (r *run) schedule(ctx context.Context) {
+	end := time.Now().Add(r.opts.Duration)
+	var owed []string
+	for _, i := range r.rng.Perm(len(faultMenu)) {
+		owed = append(owed, faultMenu[i].kind)
+	}
 	for ctx.Err() == nil {
+		now := time.Now()
+		if now.After(end) && (len(owed) == 0 || now.After(end.Add(scheduleOvertime))) {
+			return
+		}
 		sleepCtx(ctx, uniform(r.rng, time.Second, 3*time.Second))
 		if ctx.Err() != nil {
 			return
 		}
 		kind := r.pick()
-		hold := uniform(r.rng, time.Second, 4*time.Second)
-		if err := r.inject(ctx, kind, hold); err != nil {
-			r.note("%s: %v", kind, err)
+		if len(owed) > 0 {
+			kind = owed[0]
+		}
+		applied, retry := r.try(ctx, kind, uniform(r.rng, time.Second, 4*time.Second))
+		if len(owed) > 0 {
+			owed = owed[1:]
+			if !applied && retry {
+				owed = append(owed, kind)
+			}
 		}
 	}
 }
 
+// try injects one fault and counts it if it was applied. A fault that could
+// not be applied fails the run (faultFailed), except for want of a master
+// to aim at (retry: draw it again later).
+func (r *run) try(ctx context.Context, kind string, hold time.Duration) (applied, retry bool) {
+	err := r.inject(ctx, kind, hold)
+	switch {
+	case err == nil:
+		r.applied(kind)
+		return true, false
+	case errors.Is(err, ErrNoMaster) && ctx.Err() == nil:
+		r.note("%s: not applied for want of a master; drawn again later: %v", kind, err)
+		return false, true
+	case ctx.Err() != nil:
+		return false, false // the run was cancelled
+	}
+	r.faultFailed(kind, err)
+	return false, false
+}
+
+// scheduleOvertime bounds how long the schedule runs past Duration to apply
+// every fault kind once.
+const scheduleOvertime = 3 * time.Minute
+
+// faultFailed records a fault that could not be applied (or healed): the
+// run fails, since a schedule that silently drops faults tests less than
+// it claims.
+func (r *run) faultFailed(kind string, err error) {
+	r.log.Warn("fault not applied", "kind", kind, "err", err)
+	r.record(Entry{Source: "nemesis", Type: TypeNote, Op: kind, Text: "not applied: " + err.Error()})
+	r.mu.Lock()
+	r.faultErrors = append(r.faultErrors, fmt.Sprintf("%s: %v", kind, err))
+	r.mu.Unlock()
+}
+
+// fault records the start of a fault in the history.
 func (r *run) fault(kind, format string, args ...any) {
 	text := fmt.Sprintf(format, args...)
 	r.log.Info("fault", "kind", kind, "what", text)
 	r.record(Entry{Source: "nemesis", Type: TypeFault, Op: kind, Text: text})
+}
+
+// applied counts a fault that was applied and ended as drawn.
+func (r *run) applied(kind string) {
 	r.mu.Lock()
 	r.faults[kind]++
 	r.mu.Unlock()
@@ -90,6 +155,20 @@ func (r *run) fault(kind, format string, args ...any) {
 
 func (r *run) healed(kind string) {
 	r.record(Entry{Source: "nemesis", Type: TypeHeal, Op: kind})
+}
+
+// healPartition heals every rule after a partition fault and returns the
+// first error of installing (set) or healing the rules.
+func (r *run) healPartition(kind string, set error) error {
+	heal := r.c.HealAll(context.Background())
+	r.healed(kind)
+	if set != nil {
+		return set
+	}
+	if heal != nil {
+		return fmt.Errorf("healing: %w", heal)
+	}
+	return nil
 }
 
 // hold waits d, but at most until ctx ends plus nothing: faults always end.
@@ -173,10 +252,9 @@ func (r *run) inject(ctx context.Context, kind string, d time.Duration) error {
 			return err
 		}
 		r.fault(kind, "isolate replica %d for %v", m, d)
-		r.setEverywhere(bg, transport.FaultState{Rules: []transport.Rule{{From: m, Partition: true}, {To: m, Partition: true}}})
+		err = r.setEverywhere(bg, transport.FaultState{Rules: []transport.Rule{{From: m, Partition: true}, {To: m, Partition: true}}})
 		hold(ctx, d)
-		r.c.HealAll(bg)
-		r.healed(kind)
+		return r.healPartition(kind, err)
 	case FaultPartitionSplit:
 		perm := r.rng.Perm(len(ids))
 		k := len(ids) / 2
@@ -189,13 +267,12 @@ func (r *run) inject(ctx context.Context, kind string, d time.Duration) error {
 			}
 		}
 		r.fault(kind, "partition %v | %v for %v", minority, majority, d)
-		r.setEverywhere(bg, partitionRules(minority, majority))
+		err := r.setEverywhere(bg, partitionRules(minority, majority))
 		hold(ctx, d)
-		r.c.HealAll(bg)
-		r.healed(kind)
+		return r.healPartition(kind, err)
 	case FaultOneWay:
-		from, err := r.master(ctx)
-		if err != nil || r.rng.IntN(2) == 0 {
+		from, merr := r.master(ctx)
+		if merr != nil || r.rng.IntN(2) == 0 {
 			from = ids[r.rng.IntN(len(ids))]
 		}
 		var rules []transport.Rule
@@ -212,10 +289,9 @@ func (r *run) inject(ctx context.Context, kind string, d time.Duration) error {
 			cut = append(cut, to)
 		}
 		r.fault(kind, "drop messages from replica %d to %v for %v", from, cut, d)
-		r.setEverywhere(bg, transport.FaultState{Rules: rules})
+		err := r.setEverywhere(bg, transport.FaultState{Rules: rules})
 		hold(ctx, d)
-		r.c.HealAll(bg)
-		r.healed(kind)
+		return r.healPartition(kind, err)
 	case FaultClockSkew:
 		id := ids[r.rng.IntN(len(ids))]
 		// Within the drift bound: |scale-1| at most 90% of it.
@@ -246,65 +322,121 @@ func (r *run) inject(ctx context.Context, kind string, d time.Duration) error {
 		err := r.c.Restart(id, scale, 0)
 		r.healed(kind)
 		return err
-	default:
-		return fmt.Errorf("nemesis: unknown fault %q", kind)
 	}
-	return nil
+	return fmt.Errorf("nemesis: unknown fault %q", kind)
 }
 
-// skewSchedule is the weakened run: replica 1 ticks at half speed (its
-// clock-rate error is 100%, far beyond the 1% drift bound), and whenever it
-// is master it is isolated, so that the others elect a new master while it
-// still believes in its lease.
+// skewSchedule is the weakened run with clocks beyond the drift bound:
+// every replica but the master is restarted (one at a time, so the master
+// keeps its majority) with its clock running at twice the real rate (scale
+// 0.5, a clock-rate error of 100%, far beyond the 1% bound), and then the
+// master is isolated. The fast replicas count its lease out in half the
+// real time and elect a new master while the isolated one, whose clock is
+// right, still serves: two masters at once, which the master-overlap
+// checker must see. Then every replica gets its normal clock back, and the
+// next round begins.
+//
+// NB: a slow clock on the master (scale 2) would do as well in principle,
+// but the slow replica must first become master, and a slow replica loses
+// every election to the fast ones.
 func (r *run) skewSchedule(ctx context.Context) {
-	const slow = 1
-	r.fault(FaultClockSkew, "restart replica %d with clock scale 2 (beyond the drift bound)", slow)
-	if err := r.c.Restart(slow, 2, 0); err != nil {
-		r.note("skew: %v", err)
-		return
-	}
+	const fast = 0.5
 	for ctx.Err() == nil {
 		m, err := r.master(ctx)
 		if err != nil {
+			sleepCtx(ctx, 100*time.Millisecond)
 			continue
 		}
-		if m != slow {
-			r.moveMastership(ctx, m, slow)
+		if scale, _ := r.c.Skewed(m); scale != 0 {
+			r.normalClocks(ctx)
 			continue
 		}
-		r.fault(FaultIsolateMaster, "isolate the skewed master %d", m)
-		r.setEverywhere(context.Background(), transport.FaultState{Rules: []transport.Rule{{From: m, Partition: true}, {To: m, Partition: true}}})
+		r.fault(FaultClockSkew, "restart every replica but master %d with clock scale %v (beyond the drift bound)", m, fast)
+		ok := true
+		for _, id := range r.c.IDs() {
+			if id == m || ctx.Err() != nil {
+				continue
+			}
+			if err := r.c.Restart(id, fast, 0); err != nil {
+				r.faultFailed(FaultClockSkew, err)
+				ok = false
+				break
+			}
+			r.awaitStatus(ctx, id)
+		}
+		if !ok || ctx.Err() != nil {
+			continue
+		}
+		r.applied(FaultClockSkew)
+		if cur, err := r.master(ctx); err != nil || cur != m {
+			r.note("skew: mastership moved from %d to %d while the clocks changed (%v)", m, cur, err)
+			continue
+		}
+		r.fault(FaultIsolateMaster, "isolate master %d, the one replica whose clock is right", m)
+		err = r.setEverywhere(context.Background(), transport.FaultState{Rules: []transport.Rule{{From: m, Partition: true}, {To: m, Partition: true}}})
 		hold(ctx, 3*time.Second)
-		r.c.HealAll(context.Background())
-		r.healed(FaultIsolateMaster)
-		hold(ctx, 2*time.Second)
+		if err := r.healPartition(FaultIsolateMaster, err); err != nil {
+			r.faultFailed(FaultIsolateMaster, err)
+		} else {
+			r.applied(FaultIsolateMaster)
+		}
+		r.normalClocks(ctx)
 	}
 }
 
-// moveMastership makes replica to (whose slow clock makes it lose every
-// election) master: messages among the other replicas and to and from the
-// current master m are cut, so that only to can gather a majority; once it
-// serves, the rules are healed.
-func (r *run) moveMastership(ctx context.Context, m, to uint64) {
-	var rules []transport.Rule
-	for _, x := range r.c.IDs() {
-		for _, y := range r.c.IDs() {
-			if x != y && (x != to && y != to || x == m || y == m) {
-				rules = append(rules, transport.Rule{From: x, To: y, Partition: true})
+// normalClocks restarts every skewed replica with a normal clock, one at a
+// time.
+func (r *run) normalClocks(ctx context.Context) {
+	for _, id := range r.c.IDs() {
+		if scale, _ := r.c.Skewed(id); scale == 0 {
+			continue
+		}
+		if err := r.c.Restart(id, 0, 0); err != nil {
+			r.faultFailed(FaultClockSkew, err)
+			return
+		}
+		r.awaitStatus(context.Background(), id)
+	}
+}
+
+// awaitStatus waits up to 5 s for replica id's status page to answer.
+func (r *run) awaitStatus(ctx context.Context, id uint64) {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for wctx.Err() == nil {
+		if _, err := r.c.MasterOf(wctx, id); err == nil {
+			return
+		}
+		sleepCtx(wctx, 50*time.Millisecond)
+	}
+}
+
+// killAllSchedule is the weakened run without fsync: every 2 to 4 s, every
+// replica is killed with SIGKILL (taking back its last half second of log
+// writes) and restarted after 0.5 to 1 s.
+func (r *run) killAllSchedule(ctx context.Context) {
+	for ctx.Err() == nil {
+		sleepCtx(ctx, uniform(r.rng, 2*time.Second, 4*time.Second))
+		if ctx.Err() != nil {
+			return
+		}
+		d := uniform(r.rng, 500*time.Millisecond, time.Second)
+		r.fault(FaultKillAll, "kill -9 every replica (no fsync) for %v", d)
+		for _, id := range r.c.IDs() {
+			r.c.Kill(id)
+		}
+		sleepCtx(context.Background(), d)
+		var err error
+		for _, id := range r.c.IDs() {
+			if e := r.c.Start(id); e != nil {
+				err = e
 			}
 		}
-	}
-	r.fault(FaultIsolateMaster, "cut every link but those of replica %d (and cut master %d off) to move mastership to %d", to, m, to)
-	r.setEverywhere(context.Background(), transport.FaultState{Rules: rules})
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	for wctx.Err() == nil {
-		if id, err := r.c.FindMaster(wctx); err == nil && id == to {
-			break
+		r.healed(FaultKillAll)
+		if err != nil {
+			r.faultFailed(FaultKillAll, err)
+		} else {
+			r.applied(FaultKillAll)
 		}
-		sleepCtx(wctx, 100*time.Millisecond)
 	}
-	cancel()
-	r.c.HealAll(context.Background())
-	r.healed(FaultIsolateMaster)
-	hold(ctx, time.Second)
 }

@@ -1,7 +1,6 @@
 package nemesis
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,9 +9,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -48,9 +49,9 @@ type WorkerConfig struct {
 	// there are.
 	RegisterKeys int `json:"register_keys"`
 	Locks        int `json:"locks"`
-	// PauseMin and PauseMax bound a zombie's self-requested pause.
-	PauseMin time.Duration `json:"pause_min"`
-	PauseMax time.Duration `json:"pause_max"`
+	// MarkerFile, for a zombie, is a 4-byte file the nemesis sets to
+	// non-zero while it has the zombie stopped.
+	MarkerFile string `json:"marker_file,omitempty"`
 	// GracePeriod is the client's grace period.
 	GracePeriod time.Duration `json:"grace_period"`
 }
@@ -68,8 +69,6 @@ func (c WorkerConfig) validate() error {
 		return fmt.Errorf("%w: fenced roles need resource_url and locks", ErrBadWorkerConfig)
 	case c.Role == RoleRegister && c.RegisterKeys < 1:
 		return fmt.Errorf("%w: register needs register_keys", ErrBadWorkerConfig)
-	case c.Role == RoleZombie && (c.PauseMin <= 0 || c.PauseMax < c.PauseMin):
-		return fmt.Errorf("%w: zombie needs 0 < pause_min <= pause_max", ErrBadWorkerConfig)
 	}
 	return nil
 }
@@ -82,12 +81,11 @@ const (
 
 // worker runs one workload and writes its history.
 type worker struct {
-	cfg    WorkerConfig
-	rng    *rand.Rand
-	log    *slog.Logger
-	ccfg   client.Config
-	httpc  *http.Client
-	resume chan struct{}
+	cfg   WorkerConfig
+	rng   *rand.Rand
+	log   *slog.Logger
+	ccfg  client.Config
+	httpc *http.Client
 
 	outMu sync.Mutex
 	enc   *json.Encoder
@@ -99,6 +97,9 @@ type worker struct {
 	handles map[string]*client.Handle
 	// regWindow is the path prefix of the current register window.
 	regWindow string
+	// marker is the zombie's stop marker (nil: none, find the stop by a
+	// gap in the clock).
+	marker *atomic.Uint32
 }
 
 // RunWorker runs the worker described by cfg until ctx ends or in reaches
@@ -115,27 +116,31 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	if err != nil {
 		return err
 	}
+	if cfg.Role == RoleZombie {
+		// NB: one P, as for a holder on one CPU: after SIGCONT the
+		// zombie's spinning goroutine keeps the processor, so no other
+		// goroutine of the client (the KeepAlive loop's timer) can run
+		// before its first look at the lock. The client must then be
+		// exact on its own, at that look.
+		runtime.GOMAXPROCS(1)
+	}
 	ccfg.GracePeriod = cfg.GracePeriod
 	ccfg.ReconnectMax = 300 * time.Millisecond
 	ccfg.Logger = log
 	w := &worker{
 		cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.ID))), log: log, ccfg: ccfg,
-		httpc:  &http.Client{Timeout: opTimeout},
-		resume: make(chan struct{}, 1),
-		enc:    json.NewEncoder(out),
+		httpc: &http.Client{Timeout: opTimeout},
+		enc:   json.NewEncoder(out),
+	}
+	if cfg.MarkerFile != "" {
+		if w.marker, err = mapMarker(cfg.MarkerFile); err != nil {
+			log.Warn("zombie without a stop marker", "err", err)
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		sc := bufio.NewScanner(in)
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "resume" {
-				select {
-				case w.resume <- struct{}{}:
-				default:
-				}
-			}
-		}
+		_, _ = io.Copy(io.Discard, in)
 		cancel() // EOF: the nemesis wants us to stop
 	}()
 	defer w.closeClient()
@@ -338,7 +343,11 @@ func (w *worker) createOp(ctx context.Context) {
 }
 
 // fencedOp runs one locked read-modify-write of a counter on the protected
-// resource. A zombie pauses itself between the read and the write.
+// resource, and the same on the unfenced register beside it, and records
+// the hold. A zombie, holding the lock between its reads and its writes,
+// asks to be stopped (the nemesis stops it for longer than the session
+// lease) and spins until it finds it was, so that its first look at the
+// lock after SIGCONT is the one the hold records.
 func (w *worker) fencedOp(ctx context.Context) {
 	lk := w.rng.IntN(w.cfg.Locks)
 	path := LockPath(w.cfg.Prefix, lk)
@@ -354,6 +363,7 @@ func (w *worker) fencedOp(ctx context.Context) {
 		sleepCtx(ctx, 20*time.Millisecond)
 		return
 	}
+	start := MonoNow()
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = l.Release(rctx)
@@ -363,41 +373,99 @@ func (w *worker) fencedOp(ctx context.Context) {
 	w.next++
 	id := w.next
 	tag := fmt.Sprintf("w%d-%d", w.cfg.ID, id)
+	// endHold records the hold: its end, then the look at the lock.
+	endHold := func() (intact bool) {
+		end := MonoNow()
+		err := l.Context().Err()
+		e := Entry{Type: TypeHold, Session: w.s.ID(), Key: path, Gen: seq.Generation, Start: start, End: end, Intact: err == nil}
+		if err != nil {
+			e.Err = l.Err().Error()
+		}
+		w.emit(e)
+		return err == nil
+	}
 	w.emit(Entry{Type: TypeInvoke, ID: id, Op: "fenced", Key: ClaimKey(lk), Value: tag, Gen: seq.Generation})
 	// Claim first: the resource sees our grant before we read, so that a
 	// zombie holder of an older grant can no longer write (Kleppmann).
-	if err := w.put(octx, ClaimKey(lk), tag, seq); err != nil {
+	if err := w.put(octx, "/kv/", ClaimKey(lk), tag, seq); err != nil {
+		endHold()
 		w.complete(id, TypeFail, "fenced", ClaimKey(lk), tag, seq.Generation, err)
 		return
 	}
-	cur, err := w.get(octx, CounterKey(lk))
+	cur, err := w.get(octx, "/kv/", CounterKey(lk))
 	if err != nil {
+		endHold()
 		w.complete(id, TypeFail, "fenced", CounterKey(lk), tag, seq.Generation, err)
 		return
 	}
+	// The unfenced register: what the same holders would do to a store
+	// that does not check sequencers.
+	open, openErr := w.get(octx, "/open/", CounterKey(lk))
+	stale := false
 	if w.cfg.Role == RoleZombie {
-		d := w.cfg.PauseMin + time.Duration(w.rng.Int64N(int64(w.cfg.PauseMax-w.cfg.PauseMin)+1))
-		w.emit(Entry{Type: TypePause, Dur: int64(d), Key: CounterKey(lk), Gen: seq.Generation})
-		select {
-		case <-w.resume:
-		case <-ctx.Done():
-			return
-		case <-time.After(d + 30*time.Second):
-			// The nemesis never paused us; go on anyway.
+		if w.marker != nil {
+			w.marker.Store(0)
 		}
+		w.emit(Entry{Type: TypePause, Key: path, Gen: seq.Generation})
+		stopped := spinUntilStopped(ctx, ZombieSpin, w.marker)
+		intact := endHold()
+		stale = stopped && !intact
+	} else {
+		defer endHold()
 	}
 	val := FormatCounter(cur+1, tag)
 	wctx, wcancel := context.WithTimeout(ctx, opTimeout)
 	defer wcancel()
-	if err := w.put(wctx, CounterKey(lk), val, seq); err != nil {
-		w.complete(id, TypeFail, "fenced", CounterKey(lk), val, seq.Generation, err)
-		return
+	err = w.put(wctx, "/kv/", CounterKey(lk), val, seq)
+	if openErr == nil {
+		_ = w.put(wctx, "/open/", CounterKey(lk), FormatCounter(open+1, tag), seq)
 	}
-	w.complete(id, TypeOK, "fenced", CounterKey(lk), val, seq.Generation, nil)
+	e := Entry{Type: TypeOK, ID: id, Op: "fenced", Key: CounterKey(lk), Value: val, Gen: seq.Generation, Stale: stale}
+	if err != nil {
+		e.Type, e.Err = TypeFail, err.Error()
+	}
+	w.emit(e)
 }
 
-func (w *worker) put(ctx context.Context, key, value string, seq sequencer.Sequencer) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.cfg.ResourceURL+"/kv/"+key, strings.NewReader(value))
+// ZombieSpin bounds how long a zombie waits, spinning, to be stopped.
+const ZombieSpin = 3 * time.Second
+
+// stoppedGap is a gap between two readings of the monotonic clock, in a
+// loop that does nothing else, long enough to mean the process was stopped.
+const stoppedGap = time.Second
+
+// spinUntilStopped loops until it finds that the process was stopped
+// (true) or max passes (false): until the nemesis set the marker, or, with
+// no marker, until two readings of the clock are far apart. It spins
+// rather than sleeps, and never yields, so that a SIGSTOP lands inside it
+// and the first thing the process does after SIGCONT is to notice. With a
+// marker the loop is a plain memory load with no call in it, so it cannot
+// be preempted (zombies run with asynchronous preemption off) and it looks
+// at the lock before any other goroutine runs; it reads the clock only
+// every 2^16 rounds.
+func spinUntilStopped(ctx context.Context, max time.Duration, marker *atomic.Uint32) bool {
+	start := time.Now()
+	last := start
+	for n := 0; ; n++ {
+		if marker != nil && marker.Load() != 0 {
+			return true
+		}
+		if n%(1<<16) != 0 {
+			continue
+		}
+		now := time.Now()
+		if marker == nil && now.Sub(last) > stoppedGap {
+			return true
+		}
+		if now.Sub(start) > max || ctx.Err() != nil {
+			return false
+		}
+		last = now
+	}
+}
+
+func (w *worker) put(ctx context.Context, where, key, value string, seq sequencer.Sequencer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.cfg.ResourceURL+where+key, strings.NewReader(value))
 	if err != nil {
 		return err
 	}
@@ -414,8 +482,8 @@ func (w *worker) put(ctx context.Context, key, value string, seq sequencer.Seque
 	return nil
 }
 
-func (w *worker) get(ctx context.Context, key string) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.cfg.ResourceURL+"/kv/"+key, nil)
+func (w *worker) get(ctx context.Context, where, key string) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.cfg.ResourceURL+where+key, nil)
 	if err != nil {
 		return 0, err
 	}

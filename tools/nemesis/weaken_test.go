@@ -1,0 +1,73 @@
+package nemesis
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	lockcelldOnce sync.Once
+	lockcelldBin  string
+	lockcelldErr  error
+)
+
+// testLockcelld builds lockcelld once for the package's tests.
+func testLockcelld(t *testing.T) string {
+	t.Helper()
+	lockcelldOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nemesis-test-bin-")
+		if err != nil {
+			lockcelldErr = err
+			return
+		}
+		lockcelldBin, lockcelldErr = BuildLockcelld(context.Background(), dir)
+	})
+	if lockcelldErr != nil {
+		t.Fatal(lockcelldErr)
+	}
+	return lockcelldBin
+}
+
+// TestWeakenedRuns proves each checker family can fail: one short run per
+// weakening, each of which the checker it targets — by name — must catch:
+//
+//	nofence   the resource does not check sequencers → fencing
+//	skew      a replica's clock far beyond the drift bound → master-overlap
+//	nofsync   replicas that do not fsync, all killed → ack-set
+//	lockctx   lock contexts blind to the lease deadline → mutual-exclusion
+func TestWeakenedRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs cells of real processes")
+	}
+	bin := testLockcelld(t)
+	durations := map[string]time.Duration{
+		WeakenNoFence: 25 * time.Second,
+		WeakenSkew:    30 * time.Second,
+		WeakenNoFsync: 25 * time.Second,
+		WeakenLockCtx: 30 * time.Second,
+	}
+	for i, w := range Weakenings() {
+		t.Run(w, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			seed := uint64(time.Now().UnixNano()%1_000_000) + uint64(i)
+			res, err := Run(ctx, Options{
+				Duration: durations[w], Seed: seed, Weaken: w, SessionLease: 3 * time.Second, Lockcelld: bin,
+				WorkerArgv: func(f string) []string { return []string{os.Args[0], "worker", f} },
+			})
+			if err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			var sb strings.Builder
+			res.WriteReport(&sb)
+			t.Log("\n" + sb.String())
+			if res.Target != TargetChecker(w) || !res.Detected() {
+				t.Fatalf("%s", res.Verdict())
+			}
+		})
+	}
+}
