@@ -54,10 +54,7 @@ func (c *Client) probe(ctx context.Context) []replicaAnswer {
 
 func (c *Client) probeOne(ctx context.Context, addr string) replicaAnswer {
 	a := replicaAnswer{addr: addr}
-	cc, err := transport.Dial(ctx, transport.DialConfig{
-		Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
+	cc, err := c.dialConfig(ctx, transport.DialConfig{Addrs: []string{addr}})
 	if err != nil {
 		a.err = err
 		return a

@@ -126,10 +126,7 @@ func (c *Client) whoisRound(ctx context.Context) (string, error) {
 // connection of its own.
 func (c *Client) askStatus(ctx context.Context, addr string) (api.CellStatusResponse, error) {
 	var st api.CellStatusResponse
-	cc, err := transport.Dial(ctx, transport.DialConfig{
-		Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
+	cc, err := c.dialConfig(ctx, transport.DialConfig{Addrs: []string{addr}})
 	if err != nil {
 		return st, err
 	}
