@@ -37,7 +37,7 @@ sim:
 	$(GO) test -tags invariants -count=1 -timeout 120m ./paxos -run TestSimulation -sim.seeds=$(SIMSEEDS)
 
 ## sim-cell: a long batch of whole-cell simulator seeds (cell/celltest; make
-## test runs four).
+## test runs three).
 sim-cell:
 	$(GO) test -tags invariants -count=1 -timeout 120m ./cell/celltest -run TestCellSimulation -sim.seeds=$(CELLSIMSEEDS)
 

@@ -84,11 +84,15 @@ type SimResult struct {
 // and at the end, after healing every fault, that every replica applied
 // the same state (equal checksums) and every acknowledged write is there.
 //
-// The fault schedule is a function of the seed alone, but its targets (the
-// master) and every client operation's outcome depend on how the Go
-// scheduler interleaves the cell's goroutines, which synctest does not fix;
-// so the trace hash may differ between runs of one seed (ScheduleHash
-// repeats as long as the same replicas serve as master).
+// The fault schedule (kinds, roles aimed at, durations, pauses) is a
+// function of the seed: ScheduleHash digests it and repeats between runs
+// of one seed (a fault skipped because its target is already down can
+// change it, in principle). Which replica is master, and so which one a
+// fault aimed at "the master" hits, and every client operation's outcome
+// depend on how the Go scheduler interleaves the cell's goroutines (and
+// on the order of Pebble's background work), which synctest does not fix:
+// TraceHash differs between runs of one seed, and a failing seed may need
+// a few replays to fail again.
 func Simulate(t testing.TB, cfg SimConfig) SimResult {
 	t.Helper()
 	if cfg.Steps == 0 {

@@ -11,7 +11,7 @@ import (
 
 var (
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of TestCellSimulation")
-	simSeeds = flag.Int("sim.seeds", 4, "number of seeds TestCellSimulation runs (from 1)")
+	simSeeds = flag.Int("sim.seeds", 3, "number of seeds TestCellSimulation runs (from 1)")
 	simSteps = flag.Int("sim.steps", 0, "fault steps per seed (0: the simulator's default)")
 	simTrace = flag.Bool("sim.trace", false, "log every step of every seed")
 )
