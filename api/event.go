@@ -105,7 +105,7 @@ func (e Event) String() string {
 		s += " (gen " + strconv.FormatUint(e.Generation, 10) + ")"
 	}
 	if e.Epoch != 0 {
-		s += " (epoch " + strconv.FormatUint(e.Epoch, 10) + ")"
+		s += " (epoch " + Epoch(e.Epoch).String() + ")"
 	}
 	return s
 }

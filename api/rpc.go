@@ -166,6 +166,9 @@ type CreateSessionResponse struct {
 	LeaseTimeout int64  `msgpack:"lt"`
 	Principal    string `msgpack:"p"`
 	Tenant       string `msgpack:"t"`
+	// Cadence is KeepAliveResponse.Cadence, known before the first
+	// KeepAlive (nanoseconds; zero: none).
+	Cadence int64 `msgpack:"ca,omitempty"`
 }
 
 // KeepAliveRequest is the long-poll that keeps a session alive. Ack
@@ -189,6 +192,14 @@ type KeepAliveResponse struct {
 	// Epoch is the master's epoch.
 	Epoch  uint64  `msgpack:"e"`
 	Events []Event `msgpack:"ev,omitempty"`
+	// Cadence, if not zero, is the longest the master parks a KeepAlive
+	// (nanoseconds): it answers every KeepAlive within Cadence of its
+	// arrival while it stays master. A client that hears nothing for
+	// longer (and a margin for the network) knows the master is dead,
+	// deposed or cut off, and looks for the master among all replicas
+	// instead of waiting for its connection to time out. Zero: the master
+	// parks a KeepAlive until shortly before the lease ends.
+	Cadence int64 `msgpack:"ca,omitempty"`
 }
 
 // CloseSessionRequest ends the caller's session: its locks are released
@@ -379,40 +390,55 @@ type CellStatusRequest struct {
 // Credential returns the tenant token the request carries ("" for none).
 func (r CellStatusRequest) Credential() string { return r.Token }
 
-// ReplicaStatus is one replica as the answering replica sees it.
+// ReplicaStatus is one replica as the answering replica sees it: itself
+// as it is, every other replica as that replica last reported itself (each
+// replica reports its progress to its peers several times a second).
 type ReplicaStatus struct {
 	ID      uint64 `msgpack:"id"`
 	Addr    string `msgpack:"a"`
 	Chosen  uint64 `msgpack:"c"`
 	Applied uint64 `msgpack:"ap"`
-	// Lag is how many slots the replica is behind the answering replica's
-	// chosen slot, as last reported (0 for itself).
+	// Lag is how many slots the replica has yet to apply of the highest
+	// chosen slot the answering replica knows of (its own, or one a peer
+	// reported).
 	Lag uint64 `msgpack:"l"`
 	// Master reports the master.
 	Master bool `msgpack:"m,omitempty"`
+	// Role is the replica's role as it last reported it (RoleUnknown if it
+	// never reported to the answering replica).
+	Role Role `msgpack:"ro,omitempty"`
+	// Epoch is the epoch the replica last reported.
+	Epoch Epoch `msgpack:"e,omitempty"`
+	// HeardMillis is how long ago, in milliseconds, the answering replica
+	// heard the replica's latest report: 0 for the answering replica
+	// itself, -1 if it never heard one.
+	HeardMillis int64 `msgpack:"h,omitempty"`
 }
 
 // CellStatusResponse describes the cell. A tenant principal learns only
 // what it needs to find the master and check sequencers (Cell, Replica,
-// Master, Epoch, the replicas' IDs, addresses and master flag, PublicKey);
-// the progress fields (Chosen, Applied, Checksum and the replicas' Chosen,
-// Applied, Lag), which reveal the whole cell's write activity, are filled
-// in only for the cell administrator.
+// Master, Epoch, Role, the replicas' IDs, addresses, roles and master flag,
+// PublicKey); the progress fields (Chosen, Applied, Checksum and the
+// replicas' Chosen, Applied, Lag), which reveal the whole cell's write
+// activity, are filled in only for the cell administrator. Any replica
+// answers, master or not, with what it knows of itself and its peers.
 type CellStatusResponse struct {
-	Cell     string          `msgpack:"cell"`
-	Replica  uint64          `msgpack:"r"`
+	Cell    string `msgpack:"cell"`
+	Replica uint64 `msgpack:"r"`
+	// Master is the replica the answering replica believes is master (0 if
+	// it knows of none).
 	Master   uint64          `msgpack:"m"`
-	Epoch    uint64          `msgpack:"e"`
+	Epoch    Epoch           `msgpack:"e"`
 	Chosen   uint64          `msgpack:"c"`
 	Applied  uint64          `msgpack:"ap"`
-	Checksum uint64          `msgpack:"ck"`
+	Checksum Checksum        `msgpack:"ck"`
 	Replicas []ReplicaStatus `msgpack:"rs"`
 	// PublicKey is the cell's Ed25519 key that signs sequencers.
 	PublicKey []byte `msgpack:"pk,omitempty"`
-	// Role is what the answering replica does: "master", "leader",
-	// "candidate", "follower", or "learner (rebuilding)" for a replica that
-	// lost its durable state and votes in nothing until it has rebuilt.
-	Role string `msgpack:"ro,omitempty"`
+	// Role is what the answering replica does (RoleMaster, RoleLeader,
+	// RoleCandidate, RoleFollower, or RoleLearner for a replica that lost
+	// its durable state and votes in nothing until it has rebuilt).
+	Role Role `msgpack:"ro,omitempty"`
 	// Rebuild, for the cell administrator only, says what state the
 	// answering replica lost and how far its rebuild has come ("" if it
 	// started with its state).

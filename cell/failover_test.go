@@ -5,129 +5,173 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
-	"github.com/lockcell/lockcell/transport"
+	"github.com/lockcell/lockcell/cell/celltest"
+	"github.com/lockcell/lockcell/client"
 )
 
 // TestMasterKilled: kill the master; a new master serves within a few
 // seconds; the client's session survives with a fail-over event, and its
-// lock and sequencer stay valid.
+// lock and sequencer stay valid. The cell runs in-process on simulated
+// time (celltest under synctest).
 func TestMasterKilled(t *testing.T) {
-	lc := startCell(t, 5, nil)
-	ctx := testCtx(t, 60*time.Second)
-	c := newTestClient(t, lc, "t", "alice")
-	c.createSession(ctx)
-	h := c.mustOpen(ctx, "/t/lock")
-	grant, err := c.acquire(ctx, h, api.LockExclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := make(chan api.Event, 64)
-	kaCtx, stopKA := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); c.keepAliveLoop(kaCtx, events) }()
-	defer func() { stopKA(); wg.Wait() }()
-
-	old := lc.Master()
-	oldEpoch := old.Status().Epoch
-	killed := time.Now()
-	lc.Stop(old.ID())
-	nm, err := lc.WaitMaster(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("new master %d serving %v after the kill", nm.ID(), time.Since(killed).Round(time.Millisecond))
-	if nm.Status().Epoch <= oldEpoch {
-		t.Fatalf("new epoch %d not above old %d", nm.Status().Epoch, oldEpoch)
-	}
-
-	// The client hears of the fail-over through its KeepAlive.
-	for waitFailover := true; waitFailover; {
-		select {
-		case ev := <-events:
-			waitFailover = ev.Kind != api.EventMasterFailover
-		case <-ctx.Done():
-			t.Fatal("no fail-over event reached the client")
+	synctest.Test(t, func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cfg := c.ClientConfig("", "alice")
+		s := newSession(t, ctx, c, cfg)
+		h, err := s.Open(ctx, "/t/lock", client.OpenOptions{Create: true})
+		if err != nil {
+			t.Fatal(err)
 		}
+		l, err := h.TryAcquire(ctx, api.LockExclusive)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		old := c.Master()
+		oldEpoch := old.Status().Epoch
+		killed := time.Now()
+		c.Crash(old.ID())
+		nm, err := c.WaitMaster(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("new master %d serving %v (simulated) after the kill", nm.ID(), time.Since(killed))
+		if nm.Status().Epoch <= oldEpoch {
+			t.Fatalf("new epoch %d not above old %d", nm.Status().Epoch, oldEpoch)
+		}
+
+		// The client hears of the fail-over through its KeepAlive.
+		for waitFailover := true; waitFailover; {
+			select {
+			case ev := <-s.Events():
+				waitFailover = ev.Kind != client.EventFailover
+			case <-ctx.Done():
+				t.Fatal("no fail-over event reached the client")
+			}
+		}
+		// The session, the lock and the sequencer survived. (The Lock's
+		// own context was cancelled when the session's local lease ran out
+		// before it found the new master, as its doc says: jeopardy, then
+		// safe, is Chubby's fail-over as a client sees it.)
+		if st := s.State(); st != client.StateSafe {
+			t.Fatalf("session after fail-over: %v; want safe", st)
+		}
+		if ok, why, err := s.CheckSequencer(ctx, l.Sequencer()); err != nil || !ok {
+			t.Fatalf("sequencer after fail-over: valid %v (%s), %v; want valid", ok, why, err)
+		}
+		bob := newSession(t, ctx, c, c.ClientConfig("", "bob"))
+		hb, err := bob.Open(ctx, "/t/lock", client.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hb.TryAcquire(ctx, api.LockExclusive); !errors.Is(err, api.ErrLocked) {
+			t.Fatalf("acquire by another session after fail-over: %v; want Locked", err)
+		}
+		// A request naming the old epoch is refused with Failover.
+		conn, err := c.DialReplica(ctx, nm.ID(), *cfg.Certificate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var resp api.StatResponse
+		err = celltest.Call(ctx, conn, api.MethodGetStat, &api.HandleRequest{Header: api.Header{Session: s.ID(), Epoch: oldEpoch}}, &resp)
+		if !errors.Is(err, api.ErrFailover) {
+			t.Fatalf("request with the old epoch: %v; want Failover", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release after fail-over: %v", err)
+		}
+	})
+}
+
+// newSession dials a client with cfg and opens a session on it.
+func newSession(t *testing.T, ctx context.Context, c *celltest.Cell, cfg client.Config) *client.Session {
+	t.Helper()
+	s, err := c.Dial(ctx, cfg).NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The session, the lock and the sequencer survived.
-	chk, err := c.checkSequencer(ctx, grant.Sequencer)
-	if err != nil || !chk.Valid {
-		t.Fatalf("sequencer after fail-over: %+v, %v; want valid", chk, err)
-	}
-	c2 := newTestClient(t, lc, "t", "bob")
-	c2.createSession(ctx)
-	h2 := c2.mustOpen(ctx, "/t/lock")
-	if _, err := c2.acquire(ctx, h2, api.LockExclusive, false); !errors.Is(err, api.ErrLocked) {
-		t.Fatalf("acquire by another session after fail-over: %v; want Locked", err)
-	}
-	// A request naming the old epoch is refused with Failover.
-	var resp api.StatResponse
-	err = c.callOnce(ctx, api.MethodGetStat, &api.HandleRequest{Header: api.Header{Session: c.sess, Epoch: oldEpoch}, Handle: h}, &resp)
-	if !errors.Is(err, api.ErrFailover) {
-		t.Fatalf("request with the old epoch: %v; want Failover", err)
-	}
-	if err := c.release(ctx, h, grant.Generation); err != nil {
-		t.Fatalf("release after fail-over: %v", err)
-	}
+	return s
 }
 
 // TestIsolatedMasterStopsServing: cut the master off from the others; it
 // stops serving when its lease runs out, never overlapping the next master
-// (sampled every millisecond across the transition).
+// (sampled every simulated millisecond across the transition).
 func TestIsolatedMasterStopsServing(t *testing.T) {
-	faults := transport.NewFaults(1)
-	lc := startCell(t, 5, func(c *cell.Config) { c.Faults = faults })
-	ctx := testCtx(t, 60*time.Second)
-	old, err := lc.WaitMaster(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A client of the old master, which it keeps talking to directly.
-	c := newTestClient(t, lc, "t", "alice")
-	c.createSession(ctx)
-	h := c.mustOpen(ctx, "/t/data")
-	if err := c.dialOnly(ctx, old.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	faults.Isolate(old.ID())
-	deadline := time.Now().Add(20 * time.Second)
-	var sawNew bool
-	for time.Now().Before(deadline) && !sawNew {
-		masters := 0
-		for _, r := range lc.Running() {
-			if r.Status().Master {
-				masters++
-				sawNew = sawNew || r.ID() != old.ID()
+	synctest.Test(t, func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		old, err := c.WaitMaster(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := c.ClientConfig("", "alice")
+		s := newSession(t, ctx, c, cfg)
+		if _, err := s.Open(ctx, "/t/data", client.OpenOptions{Create: true}); err != nil {
+			t.Fatal(err)
+		}
+		// A raw connection to the old master, which the test keeps talking
+		// to directly.
+		conn, err := c.DialReplica(ctx, old.ID(), *cfg.Certificate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		epoch := s.Epoch()
+		c.Partition([]uint64{old.ID()}, others(c, old.ID()))
+		deadline := time.Now().Add(20 * time.Second)
+		var sawNew bool
+		for time.Now().Before(deadline) && !sawNew {
+			ms := c.Masters()
+			for _, m := range ms {
+				sawNew = sawNew || m.ID() != old.ID()
 			}
+			if len(ms) > 1 {
+				t.Fatalf("two replicas serve as master at once")
+			}
+			time.Sleep(time.Millisecond)
 		}
-		if masters > 1 {
-			t.Fatalf("two replicas serve as master at once")
+		if !sawNew {
+			t.Fatal("no new master within 20s of isolating the old one")
 		}
-		time.Sleep(time.Millisecond)
+		if old.Status().Master {
+			t.Fatal("the isolated master still serves")
+		}
+		// Reads at the old master are refused now that its lease is gone.
+		var resp api.ContentsResponse
+		err = celltest.Call(ctx, conn, api.MethodGetContentsAndStat, &api.HandleRequest{Header: api.Header{Session: s.ID(), Epoch: epoch}}, &resp)
+		if !errors.Is(err, api.ErrNotMaster) {
+			t.Fatalf("read at the isolated old master: %v; want NotMaster", err)
+		}
+		c.Heal()
+		// The old master rejoins as a follower and catches up; the
+		// session follows the fail-over by itself.
+		if _, err := s.Open(ctx, "/t/after-heal", client.OpenOptions{Create: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitConverged(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// others returns the replica ids of c other than id.
+func others(c *celltest.Cell, id uint64) []uint64 {
+	var out []uint64
+	for _, x := range c.IDs() {
+		if x != id {
+			out = append(out, x)
+		}
 	}
-	if !sawNew {
-		t.Fatal("no new master within 20s of isolating the old one")
-	}
-	if old.Status().Master {
-		t.Fatal("the isolated master still serves")
-	}
-	// Reads at the old master are refused now that its lease is gone.
-	var resp api.ContentsResponse
-	err = c.callOnce(ctx, api.MethodGetContentsAndStat, &api.HandleRequest{Header: c.header(), Handle: h}, &resp)
-	if !errors.Is(err, api.ErrNotMaster) {
-		t.Fatalf("read at the isolated old master: %v; want NotMaster", err)
-	}
-	faults.Heal()
-	// The old master rejoins as a follower and catches up. The client
-	// learns the new epoch from a KeepAlive, as a real client does.
-	c.resync(ctx)
-	c.mustOpen(ctx, "/t/after-heal")
-	waitConverged(t, ctx, lc)
+	return out
 }
 
 // waitConverged waits until every running replica applied the same slot
@@ -230,35 +274,37 @@ func TestSessionExpiryLockDelay(t *testing.T) {
 // from its data dir and catches up — through a snapshot when the log it
 // needs was compacted.
 func TestRestartCatchUp(t *testing.T) {
-	lc := startCell(t, 3, func(c *cell.Config) { c.SnapshotEvery = 20 })
-	ctx := testCtx(t, 60*time.Second)
-	m, _ := lc.WaitMaster(ctx)
-	var follower uint64
-	for _, r := range lc.Running() {
-		if r.ID() != m.ID() {
-			follower = r.ID()
-			break
-		}
-	}
-	lc.Stop(follower)
-	c := newTestClient(t, lc, "t", "alice")
-	c.createSession(ctx)
-	h := c.mustOpen(ctx, "/t/counter")
-	for i := 0; i < 60; i++ {
-		if _, err := c.setContents(ctx, h, []byte{byte(i)}); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Replicas: 3, Tune: func(c *cell.Config) { c.SnapshotEvery = 20 }})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		m, err := c.WaitMaster(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if st := lc.Master().Status(); st.Compacted == 0 {
-		t.Fatalf("the master did not compact its log (status %+v)", st)
-	}
-	if err := lc.Start(ctx, follower); err != nil {
-		t.Fatal(err)
-	}
-	waitConverged(t, ctx, lc)
-	if st := lc.Replica(follower).Status(); st.Compacted == 0 {
-		t.Fatalf("the restarted replica caught up without a snapshot (status %+v)", st)
-	}
+		follower := others(c, m.ID())[0]
+		c.Crash(follower)
+		s := newSession(t, ctx, c, c.ClientConfig("", "alice"))
+		h, err := s.Open(ctx, "/t/counter", client.OpenOptions{Create: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 60; i++ {
+			if _, err := h.SetContents(ctx, []byte{byte(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := c.Master().Status(); st.Compacted == 0 {
+			t.Fatalf("the master did not compact its log (status %+v)", st)
+		}
+		c.Restart(follower)
+		if err := c.WaitConverged(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st := c.Replica(follower).Status(); st.Compacted == 0 {
+			t.Fatalf("the restarted replica caught up without a snapshot (status %+v)", st)
+		}
+	})
 }
 
 // TestFIFOWaiters: ten sessions wait for one lock; grants follow arrival

@@ -35,6 +35,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		{"GET", "/metrics", "lockcell_paxos_chosen_slot"},
 		{"GET", "/metrics", "lockcell_locks_held 1"},
 		{"GET", "/healthz", "ok"},
+		{"GET", "/readyz", "ok: master"},
 		{"GET", "/status", `"Cell":"test"`},
 		{"GET", "/", "master"},
 		{"GET", "/debug/faults", ""},

@@ -52,5 +52,6 @@ func (m *master) loadLoop() {
 
 // sessionConfig is the session manager's configuration for this replica.
 func (r *Replica) sessionConfig(epoch uint64) session.Config {
-	return session.Config{Lease: r.cfg.SessionLease, MaxLease: r.cfg.MaxSessionLease, Epoch: epoch, Logger: r.log}
+	return session.Config{Lease: r.cfg.SessionLease, MaxLease: r.cfg.MaxSessionLease,
+		KeepAliveCadence: max(r.cfg.KeepAliveCadence, 0), Epoch: epoch, Logger: r.log}
 }

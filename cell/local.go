@@ -319,7 +319,7 @@ func (lc *LocalCell) Start(ctx context.Context, id uint64) error {
 	// A just-closed UDP port may take a moment to be free again.
 	for attempt := 0; ; attempt++ {
 		r, err = Start(ctx, cfg)
-		if err == nil || attempt >= 50 || ctx.Err() != nil || errors.Is(err, ErrInvalidConfig) {
+		if err == nil || attempt >= 50 || ctx.Err() != nil || errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrDataDirInUse) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)

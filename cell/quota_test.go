@@ -29,8 +29,8 @@ func (a *actor) resync(t *testing.T, ctx context.Context, old uint64) {
 	for {
 		var st api.CellStatusResponse
 		err := a.call(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: a.token}, &st)
-		if err == nil && st.Master != 0 && st.Master == st.Replica && st.Epoch != old {
-			a.epoch = st.Epoch
+		if err == nil && st.Master != 0 && st.Master == st.Replica && uint64(st.Epoch) != old {
+			a.epoch = uint64(st.Epoch)
 			return
 		}
 		if ctx.Err() != nil {

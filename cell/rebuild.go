@@ -2,6 +2,7 @@ package cell
 
 import (
 	"fmt"
+	"github.com/lockcell/lockcell/api"
 	"time"
 
 	"github.com/lockcell/lockcell/paxos"
@@ -112,16 +113,16 @@ func (r *Replica) rebuilt(st *paxos.Status) {
 }
 
 // role names what the replica does now, for status displays.
-func (r *Replica) role(st *paxos.Status) string {
+func (r *Replica) role(st *paxos.Status) api.Role {
 	switch {
 	case r.serving() != nil:
-		return "master"
+		return api.RoleMaster
 	case st.Rebuild.Phase != paxos.RebuildNone:
-		return "learner (rebuilding)"
+		return api.RoleLearner
 	case st.IsLeader:
-		return "leader"
+		return api.RoleLeader
 	case st.Role == paxos.Candidate:
-		return "candidate"
+		return api.RoleCandidate
 	}
-	return "follower"
+	return api.RoleFollower
 }

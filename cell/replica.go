@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockcell/lockcell/api"
 	"log/slog"
 	"net"
 	"net/http"
@@ -68,8 +69,13 @@ type Replica struct {
 	guardDone chan struct{}
 	// clock stamps the commands this replica proposes (clock.go).
 	clock *cellClock
+	// progress holds the peers' latest progress reports (progress.go).
+	progress progressTable
+	// dirLock holds the data directory while the replica runs.
+	dirLock *dirLock
 
 	cancel   context.CancelFunc
+	stopping <-chan struct{} // closed when Close begins (the loop's context ends)
 	done     chan struct{}
 	errMu    sync.Mutex
 	err      error
@@ -96,7 +102,10 @@ type proposal struct {
 // a damaged store aside and starts as a learner that votes in nothing until
 // it has rebuilt from its peers; Status and the status page say so. Start
 // returns an error wrapping ErrDataDir if DataDir belongs to another
-// replica or cell.
+// replica or cell, ErrDataDirInUse if a running replica holds it, and
+// ErrWrongCertificate (with ErrInvalidConfig) if Certificate is not this
+// replica's. A start that fails removes what it created in DataDir and
+// nothing else (a directory that held a store is left as it was).
 func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	cfg = cfg.populate()
 	if err := cfg.validate(); err != nil {
@@ -110,21 +119,38 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		done:     make(chan struct{}),
 		waiters:  map[paxos.ProposalID]*proposal{},
 	}
+	// A start that fails removes what it created (undo) and nothing else.
+	before := recordDir(cfg.DataDir)
+	failed := func(err error) (*Replica, error) {
+		r.closeResources()
+		if uerr := before.undo(); uerr != nil {
+			r.log.Warn("removing what the failed start created", "dir", cfg.DataDir, "err", uerr)
+		}
+		r.dirLock.release()
+		return nil, err
+	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		if !errors.Is(err, ErrDataDirInUse) {
+			_ = before.undo()
+		}
+		return nil, err
+	}
+	r.dirLock = lock
 	opener := &storeOpener{cfg: cfg, log: cfg.Logger, corrupt: r.onCorruption, openNS: func(db *pebble.DB) (*namespace.Store, error) {
 		return namespace.Open(db, namespace.Config{AdminPrincipal: r.cfg.AdminPrincipal, Logger: r.log})
 	}}
 	st, err := opener.open()
 	if err != nil {
-		return nil, err
+		return failed(err)
 	}
 	r.store, r.db, r.logdb, r.ns = st, st.db, st.logdb, st.ns
 	if err := r.open(ctx); err != nil {
-		r.closeResources()
-		return nil, err
+		return failed(err)
 	}
 	r.clock = newCellClock(cfg.wallClock, monotime.Real(), r.ns.Clock)
 	loopCtx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
+	r.cancel, r.stopping = cancel, loopCtx.Done()
 	r.guardDone = make(chan struct{})
 	go r.run(loopCtx)
 	go r.syncGuard(loopCtx)
@@ -203,6 +229,7 @@ func (r *Replica) Close() error {
 			<-r.guardDone
 		}
 		r.closeResources()
+		r.dirLock.release()
 	})
 	return nil
 }
@@ -276,9 +303,10 @@ type Status struct {
 	// Sessions and LockWaiters are the master's live sessions and blocked
 	// Acquire calls (zero unless master).
 	Sessions, LockWaiters int
-	// Role is what the replica does: "master", "leader" (leading without a
-	// live lease), "candidate", "follower" or "learner (rebuilding)".
-	Role string
+	// Role is what the replica does (api.RoleMaster, RoleLeader for one
+	// leading without a live lease, RoleCandidate, RoleFollower, or
+	// RoleLearner while it rebuilds).
+	Role api.Role
 	// Rebuild describes the state this replica lost at start and its
 	// rebuild, or is nil if it started with its state.
 	Rebuild *RebuildStatus
@@ -404,6 +432,7 @@ func (r *Replica) run(ctx context.Context) {
 				r.node.Tick()
 			}
 			lastTick = lastTick.Add(n * interval)
+			r.maybeReportProgress(monotime.Now())
 		case pm := <-recv:
 			if err := r.step(pm); err != nil {
 				r.fail(err)
@@ -448,6 +477,10 @@ func (r *Replica) tickInterval() time.Duration {
 // core has stopped (a storage error, such as a snapshot that no longer
 // reads back): bad messages are counted and dropped.
 func (r *Replica) step(pm transport.PeerMessage) error {
+	if pm.Tag == tagProgress {
+		r.stepProgress(pm.From, pm.Decode)
+		return nil
+	}
 	if pm.Tag != tagPaxos {
 		r.metrics.badPeerMessages.Inc()
 		return nil

@@ -251,7 +251,8 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 	if err != nil {
 		return nil, c.r.sessionError(err)
 	}
-	return &api.CreateSessionResponse{Session: sc.Session, Epoch: m.epoch, LeaseTimeout: int64(lease), Principal: c.caller.Principal, Tenant: c.caller.Tenant}, nil
+	return &api.CreateSessionResponse{Session: sc.Session, Epoch: m.epoch, LeaseTimeout: int64(lease), Principal: c.caller.Principal, Tenant: c.caller.Tenant,
+		Cadence: int64(max(c.r.cfg.KeepAliveCadence, 0))}, nil
 }
 
 func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (any, error) {
@@ -279,7 +280,8 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 		return nil, c.r.sessionError(err)
 	}
 	held := max(reply.At.Sub(arrived), 0)
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(held), Epoch: reply.Epoch, Events: reply.Events}, nil
+	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(held), Epoch: reply.Epoch, Events: reply.Events,
+		Cadence: int64(reply.Cadence)}, nil
 }
 
 func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRequest) (any, error) {
@@ -749,20 +751,33 @@ func handleCellStatus(ctx context.Context, c *rpcCall, req *api.CellStatusReques
 func (r *Replica) cellStatus() *api.CellStatusResponse {
 	st := r.Status()
 	resp := &api.CellStatusResponse{
-		Cell: r.cfg.Cell, Replica: r.cfg.ID, Master: st.Leader, Epoch: st.Epoch,
-		Chosen: st.Chosen, Applied: st.Applied, Checksum: st.Checksum,
+		Cell: r.cfg.Cell, Replica: r.cfg.ID, Master: st.Leader, Epoch: api.Epoch(st.Epoch),
+		Chosen: st.Chosen, Applied: st.Applied, Checksum: api.Checksum(st.Checksum),
 		PublicKey: r.cfg.SigningKey.Public().(ed25519.PublicKey),
 		Role:      st.Role, Rebuild: st.Rebuild.String(),
 	}
 	if !st.IsLeader && st.Leader == r.cfg.ID {
 		resp.Master = 0
 	}
+	now := monotime.Now()
+	top := st.Chosen
 	for _, id := range r.cfg.replicaIDs() {
-		rs := api.ReplicaStatus{ID: id, Addr: r.cfg.Replicas[id], Master: id == st.Leader && st.Leader != 0}
+		rs := api.ReplicaStatus{ID: id, Addr: r.cfg.Replicas[id], Master: id == resp.Master && resp.Master != 0}
 		if id == r.cfg.ID {
-			rs.Chosen, rs.Applied = st.Chosen, st.Applied
+			rs.Chosen, rs.Applied, rs.Role, rs.Epoch = st.Chosen, st.Applied, st.Role, api.Epoch(st.Epoch)
+		} else if p, ok := r.progress.get(id); ok {
+			rs.Chosen, rs.Applied, rs.Role, rs.Epoch = p.Chosen, p.Applied, p.Role, api.Epoch(p.Epoch)
+			rs.HeardMillis = max(now.Sub(p.at).Milliseconds(), 1)
+		} else {
+			rs.Role, rs.HeardMillis = api.RoleUnknown, -1
 		}
+		top = max(top, rs.Chosen)
 		resp.Replicas = append(resp.Replicas, rs)
+	}
+	for i := range resp.Replicas {
+		if rs := &resp.Replicas[i]; rs.HeardMillis >= 0 && top > rs.Applied {
+			rs.Lag = top - rs.Applied
+		}
 	}
 	return resp
 }

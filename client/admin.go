@@ -6,7 +6,6 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/sequencer"
-	"github.com/lockcell/lockcell/transport"
 )
 
 // Status returns the cell's status as the master reports it (any replica
@@ -22,34 +21,7 @@ func (c *Client) Status(ctx context.Context) (*api.CellStatusResponse, error) {
 // StatusOf asks the replica at addr (over a connection of its own) for the
 // cell's status as that replica sees it.
 func (c *Client) StatusOf(ctx context.Context, addr string) (*api.CellStatusResponse, error) {
-	cc, err := transport.Dial(ctx, transport.DialConfig{
-		Addrs: []string{addr}, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	defer cc.Close()
-	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: c.cfg.Token})
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	var resp api.CellStatusResponse
-	switch f.Tag {
-	case api.ReplyOK:
-		err = f.Decode(&resp)
-	case api.ReplyError:
-		ae := &api.Error{}
-		if err = f.Decode(ae); err == nil {
-			err = ae
-		}
-	default:
-		err = fmt.Errorf("unexpected reply tag %#x", f.Tag)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	return &resp, nil
+	return StatusOfReplica(ctx, c.cfg, addr)
 }
 
 // CreateTenant creates a tenant (cell administrator only). acl names the

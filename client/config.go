@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +33,9 @@ const (
 	DefaultReconnectMax = time.Second
 	// DefaultEventBuffer is the capacity of Session.Events.
 	DefaultEventBuffer = 256
+	// DefaultDialPatience is how long Dial looks for a master before it
+	// asks every replica why there is none.
+	DefaultDialPatience = 3 * time.Second
 )
 
 // Config configures a Client and the sessions it opens. Addrs and CA are
@@ -67,6 +71,13 @@ type Config struct {
 	// IdleTimeout is the connection's idle timeout. If zero, the transport's
 	// default (8 s).
 	IdleTimeout time.Duration
+	// DialPatience is how long Dial looks for a master before it asks
+	// every replica at once why there is none; if their answers explain it
+	// (ErrCertificate, ErrUnauthenticated, ErrNoMaster, ErrUnreachable),
+	// Dial returns that error instead of waiting for its context to end.
+	// While some replica names a master, Dial goes on. If zero,
+	// DefaultDialPatience (3 s); negative means never give up early.
+	DialPatience time.Duration
 	// EventBuffer is the capacity of each Session's Events channel; events
 	// that find it full are dropped (callbacks still see them). If zero,
 	// DefaultEventBuffer.
@@ -82,6 +93,12 @@ type Config struct {
 	Cache bool
 	// Logger receives the client's logs. If nil, slog.Default().
 	Logger *slog.Logger
+	// PacketConn, if set, is called for every connection the client makes
+	// and returns the socket to carry it, instead of a new UDP socket: tests
+	// with an in-process network (transport/memnet, cell/celltest) set it.
+	// The connection takes ownership of what it returns, so it must return a
+	// fresh one on every call.
+	PacketConn func() (net.PacketConn, error)
 
 	// clock is the monotonic clock of the sessions' lease accounting,
 	// KeepAlive timers and grace period. It is not a user setting (a wrong
@@ -129,6 +146,9 @@ func (c Config) populate() (Config, error) {
 	}
 	if c.ReconnectMax < c.ReconnectMin {
 		return bad("ReconnectMax %v is below ReconnectMin %v", c.ReconnectMax, c.ReconnectMin)
+	}
+	if c.DialPatience == 0 {
+		c.DialPatience = DefaultDialPatience
 	}
 	if c.EventBuffer == 0 {
 		c.EventBuffer = DefaultEventBuffer

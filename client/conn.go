@@ -65,27 +65,101 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 // findMaster asks replicas for the cell's status until one names a master,
-// and connects to it.
+// and connects to it. Meanwhile explainNoMaster probes every replica; if
+// their answers explain why there is no master, that error ends the search.
 func (c *Client) findMaster(ctx context.Context) error {
+	if c.cfg.DialPatience < 0 {
+		return c.searchMaster(ctx)
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go c.explainNoMaster(fctx, cancel)
+	err := c.searchMaster(fctx)
+	if err != nil && ctx.Err() == nil {
+		if cause := context.Cause(fctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+	}
+	return err
+}
+
+// explainNoMaster probes every replica at once and ends the search (cancel
+// with the explaining error) when the answers say why there is no master. A
+// refused certificate or credential ends it at once; no master and no
+// answer only once DialPatience has passed since the search began, on
+// answers gathered after that (a cell may be electing its first master).
+func (c *Client) explainNoMaster(ctx context.Context, cancel context.CancelCauseFunc) {
+	patience := c.cfg.DialPatience
+	begin := time.Now()
+	for ctx.Err() == nil {
+		pctx, pcancel := context.WithTimeout(ctx, patience)
+		answers := c.probe(pctx)
+		pcancel()
+		if ctx.Err() != nil {
+			return
+		}
+		err := c.diagnose(answers, patience)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrCertificate) || errors.Is(err, ErrUnauthenticated):
+			cancel(err)
+			return
+		case time.Since(begin) >= patience:
+			cancel(err)
+			return
+		}
+		// Look again once patience has passed (since the search began,
+		// then since this probe).
+		wait := time.Until(begin.Add(patience))
+		if wait <= 0 {
+			wait = patience
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// searchMaster is findMaster's loop: it asks replicas in turn until one
+// names a master, and connects to it, until ctx ends.
+func (c *Client) searchMaster(ctx context.Context) error {
 	for {
 		var st api.CellStatusResponse
 		_, err := c.rpcOnce(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: c.cfg.Token}, &st)
-		if errors.Is(err, api.ErrUnauthenticated) || errors.Is(err, api.ErrInvalidArgument) {
+		if errors.Is(err, api.ErrUnauthenticated) {
 			// Bad or missing credentials: no replica will think otherwise.
+			return fmt.Errorf("%w: the cell refused the client %s: %w", ErrUnauthenticated, c.credential(), err)
+		}
+		if errors.Is(err, api.ErrInvalidArgument) {
 			return fmt.Errorf("client: dial: %w", err)
 		}
 		if err == nil && st.Master != 0 {
 			for _, r := range st.Replicas {
 				if r.ID == st.Master && r.Addr != "" {
 					if r.ID == st.Replica {
-						return nil
+						if servesAsMaster(&st) {
+							return nil
+						}
+						err = fmt.Errorf("replica %d leads but does not serve as master (%s)", st.Replica, st.Role)
+						break
 					}
 					c.redirect(r.Addr)
 					break
 				}
 			}
-			if _, err = c.conn(ctx); err == nil {
-				return nil
+			var cc *transport.ClientConn
+			if err != nil {
+				// Ask again after a pause.
+			} else if cc, err = c.conn(ctx); err == nil {
+				if cc.ReplicaID() == st.Master {
+					return nil
+				}
+				// The named master did not answer; another replica did.
+				err = fmt.Errorf("replica %d answered, master %d did not", cc.ReplicaID(), st.Master)
 			}
 		}
 		if err == nil {
@@ -239,10 +313,21 @@ func (c *Client) dial(ctx context.Context, addrs []string, start int, delay time
 			return nil, ErrClosed
 		}
 	}
-	return transport.Dial(ctx, transport.DialConfig{
-		Addrs: addrs, Start: start, CA: c.cfg.CA, Certificate: c.cfg.Certificate,
-		HandshakeTimeout: c.cfg.HandshakeTimeout, IdleTimeout: c.cfg.IdleTimeout, Logger: c.log,
-	})
+	return c.dialConfig(ctx, transport.DialConfig{Addrs: addrs, Start: start})
+}
+
+// dialConfig dials with dc completed from the client's Config.
+func (c *Client) dialConfig(ctx context.Context, dc transport.DialConfig) (*transport.ClientConn, error) {
+	dc.CA, dc.Certificate, dc.Logger = c.cfg.CA, c.cfg.Certificate, c.log
+	dc.HandshakeTimeout, dc.IdleTimeout = c.cfg.HandshakeTimeout, c.cfg.IdleTimeout
+	if c.cfg.PacketConn != nil {
+		pc, err := c.cfg.PacketConn()
+		if err != nil {
+			return nil, fmt.Errorf("client: opening a socket: %w", err)
+		}
+		dc.PacketConn = pc
+	}
+	return transport.Dial(ctx, dc)
 }
 
 // drop forgets cc (if it is still current) and closes it; hint, if not

@@ -27,6 +27,18 @@
 // Session.Err, Session.Ctx). Session.Events and Config.OnEvent deliver
 // jeopardy, safe, expired, fail-over and node events.
 //
+// # Fail-over
+//
+// A master answers every KeepAlive on a known cadence (a twelfth of the
+// session lease by default: 1 s of 12 s), so a client always keeps most
+// of its lease in hand (about 11 s of 12 s) and a master that falls
+// silent past the cadence and SilenceMargin is known to be dead, deposed
+// or cut off. The KeepAlive loop then asks every replica at once who the
+// master is and moves the client there, as it also does when a KeepAlive
+// fails without naming the master. A fail-over that ends within the lease
+// is invisible to lock holders: no jeopardy, lock contexts intact, one
+// EventFailover.
+//
 // # Calls and retries
 //
 // Every call in a session carries the session's master epoch; a call

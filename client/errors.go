@@ -42,6 +42,25 @@ var (
 	ErrNoLeader = errors.New("client: no leader")
 	// ErrNotLeader: Resign by a candidate that is not the leader.
 	ErrNotLeader = errors.New("client: not the leader")
+
+	// Dial's errors when it finds no master within Config.DialPatience
+	// and the replicas' answers say why (see probe.go).
+
+	// ErrCertificate: a TLS handshake failed over a certificate: the
+	// replicas' certificates do not verify with the configured CA, or the
+	// replicas refused the client certificate.
+	ErrCertificate = errors.New("client: certificate refused")
+	// ErrUnauthenticated: the cell refused the client's credentials (a
+	// token that is unknown or revoked, or no credentials at all). The
+	// error also matches api.ErrUnauthenticated.
+	ErrUnauthenticated = errors.New("client: credentials refused")
+	// ErrNoMaster: replicas answered, but none is master and none knows
+	// one: the cell has no quorum (too few replicas up or connected). The
+	// message names the replicas that answered and those that did not.
+	ErrNoMaster = errors.New("client: no master")
+	// ErrUnreachable: no replica answered at all (the cell is down, the
+	// addresses are wrong, or the network drops the traffic).
+	ErrUnreachable = errors.New("client: no replica reachable")
 )
 
 // retryable reports whether err from one attempt may be retried, and

@@ -37,9 +37,27 @@ type fakeMaster struct {
 	// cell).
 	refused atomic.Int64
 
+	// id is the replica id it poses as; cadence the KeepAlive cadence it
+	// announces at CreateSession (the test's replies announce their own).
+	id      uint64
+	cadence time.Duration
+	// names is the master its CellStatus names (itself as serving master
+	// if it names itself); epoch the epoch it reports; dead makes it
+	// answer no CellStatus at all.
+	names atomic.Uint64
+	epoch atomic.Uint64
+	dead  atomic.Bool
+
 	// Test goroutine only.
 	stash []*pending
 	seq   uint64
+}
+
+// fakeOpts configures a fakeMaster beyond startFakeMaster's defaults.
+type fakeOpts struct {
+	ca      *certs.CA // nil: a CA of its own
+	id      uint64    // 0: 1
+	cadence time.Duration
 }
 
 // pending is a parked request; send its reply on reply.
@@ -50,11 +68,22 @@ type pending struct {
 
 func startFakeMaster(t *testing.T, lease time.Duration, parkCreate bool) *fakeMaster {
 	t.Helper()
-	ca, err := certs.NewCA("fake", certs.Options{})
-	if err != nil {
-		t.Fatal(err)
+	return startFakeMasterOpts(t, lease, parkCreate, fakeOpts{})
+}
+
+func startFakeMasterOpts(t *testing.T, lease time.Duration, parkCreate bool, o fakeOpts) *fakeMaster {
+	t.Helper()
+	ca := o.ca
+	if ca == nil {
+		var err error
+		if ca, err = certs.NewCA("fake", certs.Options{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	cert, err := ca.IssueReplica(1, certs.Options{})
+	if o.id == 0 {
+		o.id = 1
+	}
+	cert, err := ca.IssueReplica(o.id, certs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,10 +93,13 @@ func startFakeMaster(t *testing.T, lease time.Duration, parkCreate bool) *fakeMa
 	}
 	// The address is known before the handler can run.
 	m := &fakeMaster{addr: pc.LocalAddr().String(), ca: ca, lease: lease,
-		kas: make(chan *pending), creates: make(chan *pending), parkCreate: parkCreate}
+		kas: make(chan *pending), creates: make(chan *pending), parkCreate: parkCreate,
+		id: o.id, cadence: o.cadence}
+	m.names.Store(o.id)
+	m.epoch.Store(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ep, err := transport.Listen(ctx, transport.Config{ID: 1, PacketConn: pc, CA: ca.Pool(), Certificate: cert,
+	ep, err := transport.Listen(ctx, transport.Config{ID: o.id, PacketConn: pc, CA: ca.Pool(), Certificate: cert,
 		ClientHandler: m.serve, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -97,10 +129,19 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 	var resp any
 	switch api.Method(f.Tag) {
 	case api.MethodCellStatus:
-		resp = &api.CellStatusResponse{Cell: "fake", Replica: 1, Master: 1, Epoch: 1,
-			Replicas: []api.ReplicaStatus{{ID: 1, Addr: m.addr, Master: true}}}
+		if m.dead.Load() {
+			return
+		}
+		names := m.names.Load()
+		role := api.RoleFollower
+		if names == m.id {
+			role = api.RoleMaster
+		}
+		resp = &api.CellStatusResponse{Cell: "fake", Replica: m.id, Master: names, Epoch: api.Epoch(m.epoch.Load()), Role: role,
+			Replicas: []api.ReplicaStatus{{ID: m.id, Addr: m.addr, Master: names == m.id}}}
 	case api.MethodCreateSession:
-		resp = &api.CreateSessionResponse{Session: 7, Epoch: 1, LeaseTimeout: int64(m.lease), Principal: "p", Tenant: "t"}
+		resp = &api.CreateSessionResponse{Session: 7, Epoch: m.epoch.Load(), LeaseTimeout: int64(m.lease), Principal: "p", Tenant: "t",
+			Cadence: int64(m.cadence)}
 		if m.parkCreate {
 			p := &pending{reply: make(chan any, 1)}
 			if park(p, m.creates) == nil {
@@ -186,7 +227,7 @@ func (m *fakeMaster) nextKA(t *testing.T, ctx context.Context) *pending {
 func (m *fakeMaster) answer(t *testing.T, ctx context.Context, p *pending, held, leaseTimeout time.Duration) {
 	t.Helper()
 	m.seq++
-	p.reply <- &api.KeepAliveResponse{LeaseTimeout: int64(leaseTimeout), Held: int64(held), Epoch: 1,
+	p.reply <- &api.KeepAliveResponse{LeaseTimeout: int64(leaseTimeout), Held: int64(held), Epoch: m.epoch.Load(), Cadence: int64(m.cadence),
 		Events: []api.Event{{Kind: api.EventChildAdded, Seq: m.seq, Path: "/t", Child: fmt.Sprint("sync", m.seq)}}}
 	var others []*pending
 	for {

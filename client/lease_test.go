@@ -269,3 +269,69 @@ func TestLeaseLapseRaces(t *testing.T) {
 		t.Fatalf("first lock: %v", l1.Err())
 	}
 }
+
+// TestLateReplyAfterLapse: a KeepAlive reply that arrives after the local
+// lease ran out — the process was paused past the deadline, and the reply
+// of a KeepAlive the master had parked is the first thing it handles on
+// resuming, before anyone looked — does not revive the lapsed lease. The
+// session lapses first (the lock is lost for good, its context cancelled
+// with ErrJeopardy, a jeopardy event) and only then is safe again on the
+// lease the reply proves, although that lease reaches beyond now.
+func TestLateReplyAfterLapse(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	fs := newFakeSession(t, ctx, nil)
+	m := client.NewMutex(fs.s, "/t/late")
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka := fs.m.nextKA(t, ctx) // sent at t0, while the lease ran
+	oldEnd := fs.t0.Add(shortened(fakeLease))
+	// The pause: past the deadline, no timer fires and nobody looks.
+	fs.clk.JumpTo(t, oldEnd.Add(time.Second))
+	// The master held the KeepAlive 5 s: the reply proves a lease to
+	// t0+(5 s+10 s)(1−drift), well beyond now.
+	const held = 5 * time.Second
+	newEnd := fs.t0.Add(shortened(held + fakeLease))
+	if !newEnd.After(fs.clk.Now()) {
+		t.Fatalf("test arithmetic: the proved lease %v ends before now", newEnd.Sub(fs.t0))
+	}
+	fs.m.answer(t, ctx, ka, held, fakeLease)
+	// The reply has been handled (answer waits for its acknowledgement);
+	// the first look after it must find the lock lost.
+	if err := l.Err(); !errors.Is(err, client.ErrJeopardy) {
+		t.Fatalf("a lock whose lease ran out %v before a late reply: error %v, want ErrJeopardy (the reply revived a lapsed lease)",
+			fs.clk.Now().Sub(oldEnd), err)
+	}
+	if l.Context().Err() == nil || !errors.Is(context.Cause(l.Context()), client.ErrJeopardy) || m.Held() != nil {
+		t.Fatalf("after the late reply: context %v, cause %v, held %v", l.Context().Err(), context.Cause(l.Context()), m.Held())
+	}
+	// The session itself is safe again on the fresh lease, and said it
+	// had lapsed.
+	if st := fs.s.State(); st != client.StateSafe {
+		t.Fatalf("after the late reply: state %v, want safe", st)
+	}
+	var kinds []client.EventKind
+	for len(kinds) < 2 {
+		select {
+		case ev := <-fs.s.Events():
+			if ev.Kind == client.EventJeopardy || ev.Kind == client.EventSafe {
+				kinds = append(kinds, ev.Kind)
+			}
+		case <-ctx.Done():
+			t.Fatalf("session events %v, want jeopardy then safe", kinds)
+		}
+	}
+	if kinds[0] != client.EventJeopardy || kinds[1] != client.EventSafe {
+		t.Fatalf("session events %v, want jeopardy then safe", kinds)
+	}
+	// A lock taken now holds until the fresh lease's end.
+	l2, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectLeaseEnd(t, fs, l2, newEnd)
+	if !errors.Is(l.Err(), client.ErrJeopardy) {
+		t.Fatalf("the first lock came back: %v", l.Err())
+	}
+}

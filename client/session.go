@@ -106,9 +106,12 @@ func (e Event) String() string {
 // The local lease is conservative: a KeepAlive reply that the master held
 // for h and that grants d proves the lease lasts h+d from some moment after
 // the request was sent, so the client counts (h+d)×(1−Drift) from the send
-// time. The master parks a KeepAlive until shortly before the lease ends and
-// the loop sends the next one as soon as a reply arrives, so a healthy
-// session always holds a proof of its lease. If a reply is late (shortly
+// time. The master parks a KeepAlive for its cadence (or until shortly
+// before the lease ends, if it announced none) and the loop sends the next
+// one as soon as a reply arrives, so a healthy session always holds a
+// proof of its lease. A KeepAlive unanswered past the master's cadence and
+// SilenceMargin sends the loop looking for the master among all replicas
+// (see whois.go); the lease rules do not change with it. If a reply is late (shortly
 // before the local lease would run out), the loop sends two KeepAlives back
 // to back: the master renews the lease when each arrives and answers the one
 // the other replaced at once (Aborted), which proves a renewal no earlier
@@ -203,7 +206,7 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 		return nil, ErrClosed
 	}
 	go s.dispatchLoop()
-	go s.run(grant)
+	go s.run(grant, time.Duration(resp.Cadence))
 	return s, nil
 }
 
@@ -638,6 +641,11 @@ type liveKA struct {
 	expires monotime.Time
 	// given: it was given up (cancelled) and its result is on the way.
 	given bool
+	// silentAt is when, if still unanswered, it shows the master silent
+	// past its cadence (zero: the master announced no cadence); silent:
+	// that was noticed.
+	silentAt monotime.Time
+	silent   bool
 }
 
 // loop is the KeepAlive loop's state; only the loop goroutine touches it.
@@ -667,19 +675,40 @@ type loop struct {
 	graceEnd monotime.Time
 	// kicked: someone asked for a KeepAlive now (nudge).
 	kicked bool
+	// cadence is the longest the master parks a KeepAlive (zero: unknown).
+	cadence time.Duration
+	// finding: a search for the serving master is under way; stopFind
+	// ends it, and its result comes on found tagged with findGen.
+	finding  bool
+	stopFind context.CancelFunc
+	findGen  uint64
+	found    chan foundMaster
+	// movedAt is when the last search moved the client: KeepAlives sent
+	// before then went to the old connection, and their failure says
+	// nothing new. stuck counts searches in a row that found the master
+	// where the client already was, although a KeepAlive there was silent.
+	movedAt monotime.Time
+	stuck   int
+}
+
+// foundMaster is the result of one search for the serving master.
+type foundMaster struct {
+	gen  uint64
+	addr string // "" if the search gave up
 }
 
 // run is the KeepAlive loop.
-func (s *Session) run(grant time.Duration) {
+func (s *Session) run(grant, cadence time.Duration) {
 	s.mu.Lock()
 	leaseEnd := s.mu.leaseEnd
 	s.mu.Unlock()
 	l := &loop{s: s, clock: s.clock, results: make(chan kaResult), live: map[uint64]liveKA{},
-		leaseEnd: leaseEnd, grant: grant, epoch: s.Epoch()}
+		leaseEnd: leaseEnd, grant: grant, epoch: s.Epoch(), cadence: cadence, found: make(chan foundMaster, 1)}
 	defer func() {
 		for _, ka := range l.live {
 			ka.cancel()
 		}
+		l.endFind()
 	}()
 	timer := l.clock.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -697,6 +726,8 @@ func (s *Session) run(grant time.Duration) {
 			// step sends it, after looking at the session's state: a kick
 			// that follows a lapse must not go out on the old connection.
 			l.kicked = true
+		case f := <-l.found:
+			l.moveTo(f)
 		case <-timer.C():
 		case <-s.stop:
 			return
@@ -727,6 +758,16 @@ func (l *loop) step(now monotime.Time) {
 			ka.cancel()
 			ka.given = true
 			l.live[id] = ka
+		}
+		if !ka.given && !ka.silent && ka.silentAt != 0 && !now.Before(ka.silentAt) {
+			// The master has been silent past its cadence: it is dead,
+			// deposed or cut off. Look for the master everywhere; the
+			// KeepAlive stays out in case this one answers after all.
+			ka.silent = true
+			l.live[id] = ka
+			l.s.c.log.Info("client: master silent past its KeepAlive cadence; asking every replica who the master is",
+				"session", l.s.id, "cadence", l.cadence, "master", l.s.c.connAddr())
+			l.find()
 		}
 	}
 	switch l.s.loopState() {
@@ -784,6 +825,9 @@ func (l *loop) nextWake(now monotime.Time) monotime.Time {
 	for _, ka := range l.live {
 		if !ka.given {
 			next = min(next, ka.expires)
+			if ka.silentAt != 0 && !ka.silent {
+				next = min(next, ka.silentAt)
+			}
 		}
 	}
 	if l.jeopardy {
@@ -797,28 +841,37 @@ func (l *loop) nextWake(now monotime.Time) monotime.Time {
 	return next
 }
 
-// start sends one KeepAlive on its own goroutine.
+// start sends one KeepAlive on its own goroutine. Its send time, from
+// which a reply's lease is counted, is now: the instant the loop last found
+// the session's state (a little before the request actually leaves, which
+// only shortens the lease it proves). A pause between that look and the
+// send therefore cannot make the KeepAlive look sent while the lease ran.
 func (l *loop) start(now monotime.Time) {
 	l.nextID++
 	id := l.nextID
 	ctx, cancel := context.WithCancel(context.Background())
-	l.live[id] = liveKA{cancel: cancel, expires: now.Add(l.grant)}
+	ka := liveKA{cancel: cancel, expires: now.Add(l.grant)}
+	if l.cadence > 0 {
+		ka.silentAt = now.Add(l.cadence + SilenceMargin(l.cadence))
+	}
+	l.live[id] = ka
 	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack}
-	results, stop, clock := l.results, l.s.stop, l.clock
+	results, stop := l.results, l.s.stop
 	go func() {
 		defer cancel()
-		sent := clock.Now()
 		var resp api.KeepAliveResponse
 		_, err := l.s.c.rpcOnce(ctx, api.MethodKeepAlive, req, &resp)
 		select {
-		case results <- kaResult{id: id, sent: sent, resp: resp, err: err}:
+		case results <- kaResult{id: id, sent: now, resp: resp, err: err}:
 		case <-stop:
 		}
 	}()
 }
 
-// prove extends the local lease to at least from+d (shortened by the drift
-// bound); a session in jeopardy whose lease now runs again is safe.
+// prove records a KeepAlive reply that proves the lease lasts d (shortened
+// by the drift bound) from from, the request's send time: see extendLease
+// for when it extends the session's lease and when the session lapses
+// first. A session in jeopardy whose lease now runs again is safe.
 func (l *loop) prove(from monotime.Time, d time.Duration) {
 	if end := from.Add(l.s.shorten(d)); end.After(l.leaseEnd) {
 		l.leaseEnd = end
@@ -826,17 +879,36 @@ func (l *loop) prove(from monotime.Time, d time.Duration) {
 	l.probing = false
 	l.failures = 0
 	l.retryAt = 0
-	if l.s.extendLease(l.leaseEnd) {
+	if l.s.extendLease(from, l.leaseEnd) {
 		l.jeopardy = false
 		l.s.c.log.Info("client: session safe", "session", l.s.id)
 	}
 }
 
-// extendLease moves the local lease end forward to end; if the session was
-// in jeopardy and the lease now runs, it is safe again, and extendLease
+// extendLease records a proof, sent at from, that the lease runs until
+// end: it moves the local lease end forward to end; if the session was in
+// jeopardy and the lease now runs, it is safe again, and extendLease
 // reports true. Locks lost in jeopardy stay lost.
-func (s *Session) extendLease(end monotime.Time) bool {
+//
+// A proof extends a safe session's lease only if the lease is continuous:
+// it had not run out when the proof's request was sent, nor has it now. If
+// it had — the process was paused past the lease end, or the reply came
+// after it, and nobody happened to look in between — the session lapsed at
+// that deadline whatever the reply says: extendLease first makes the move
+// to jeopardy that the first look would have made (every held lock lost
+// for good, its context cancelled with ErrJeopardy) and only then takes
+// the session back to safe on the fresh lease. So the answers to "is the
+// session safe, is the lock held" depend on the clock alone, never on
+// whether anyone asked while the lease had run out: a lock context that
+// was Done by its deadline stays Done.
+func (s *Session) extendLease(from, end monotime.Time) bool {
 	s.mu.Lock()
+	var lapsed []*Lock
+	if exactLease && s.mu.state == StateSafe {
+		if now := s.clock.Now(); !from.Before(s.mu.leaseEnd) || !now.Before(s.mu.leaseEnd) {
+			lapsed = s.jeopardyLocked()
+		}
+	}
 	if end.After(s.mu.leaseEnd) {
 		s.mu.leaseEnd = end
 	}
@@ -848,6 +920,12 @@ func (s *Session) extendLease(end monotime.Time) bool {
 		s.emit(Event{Kind: EventSafe})
 	}
 	s.mu.Unlock()
+	if lapsed != nil {
+		for _, l := range lapsed {
+			l.lost(ErrJeopardy)
+		}
+		s.c.log.Info("client: session lapsed before a late KeepAlive reply", "session", s.id)
+	}
 	if again {
 		s.wakeWatchers("")
 	}
@@ -862,6 +940,10 @@ func (l *loop) handle(r kaResult) {
 	var ae *api.Error
 	switch {
 	case r.err == nil:
+		// The master answered: it is alive (or a newer one is).
+		l.endFind()
+		l.stuck = 0
+		l.cadence = time.Duration(r.resp.Cadence)
 		l.grant = min(l.grant, time.Duration(r.resp.LeaseTimeout))
 		l.prove(r.sent, time.Duration(r.resp.Held+r.resp.LeaseTimeout))
 		if l.events(r.resp) {
@@ -870,6 +952,7 @@ func (l *loop) handle(r kaResult) {
 	case errors.As(r.err, &ae) && ae.Code == api.Aborted:
 		// Superseded: it was parked, so the master renewed the lease when
 		// it arrived, after it was sent.
+		l.stuck = 0
 		l.prove(r.sent, l.grant)
 	case errors.As(r.err, &ae) && (ae.Code == api.SessionExpired || ae.Code == api.PermissionDenied || ae.Code == api.Unauthenticated):
 		// Unauthenticated: the session's token was revoked; the master
@@ -893,12 +976,17 @@ func (l *loop) handle(r kaResult) {
 		l.backoff()
 	case errors.Is(r.err, ErrClosed):
 	default:
-		// NotMaster (already redirected), a lost connection, a timeout.
+		// NotMaster, a lost connection, a timeout.
 		l.s.c.log.Debug("client: KeepAlive failed", "session", l.s.id, "err", r.err)
 		if len(l.live) == 0 {
 			l.probing = false
 		}
 		l.backoff()
+		if r.sent >= l.movedAt && !(errors.As(r.err, &ae) && ae.Code == api.NotMaster && ae.Master != "") {
+			// No successor named (rpcOnce follows a named one): ask
+			// every replica rather than try them one by one.
+			l.find()
+		}
 	}
 }
 
@@ -948,6 +1036,67 @@ func (l *loop) enterJeopardy() {
 	l.retryAt = 0
 	l.s.c.dropAll("")
 	l.s.c.log.Info("client: session in jeopardy", "session", l.s.id, "grace", l.s.cfg.GracePeriod)
+	l.find()
+}
+
+// find starts a search for the serving master (Client.findServingMaster),
+// unless one is under way. It ends when a master is found, when a
+// KeepAlive is answered, or when the session ends.
+func (l *loop) find() {
+	if l.finding {
+		return
+	}
+	l.finding = true
+	l.findGen++
+	ctx, cancel := context.WithCancel(context.Background())
+	l.stopFind = cancel
+	c, found, stop, gen := l.s.c, l.found, l.s.stop, l.findGen
+	go func() {
+		addr, err := c.findServingMaster(ctx)
+		if err != nil {
+			addr = ""
+		}
+		select {
+		case found <- foundMaster{gen: gen, addr: addr}:
+		case <-ctx.Done():
+		case <-stop:
+		}
+	}()
+}
+
+// endFind ends the search for the master, if one is under way; a result
+// it may still deliver is ignored.
+func (l *loop) endFind() {
+	if l.finding {
+		l.stopFind()
+		l.finding = false
+	}
+}
+
+// moveTo takes the result of a search for the master: the client moves to
+// the master found ("" if the search gave up), and a KeepAlive goes there
+// at once. If the master is where the client already is, the connection
+// is kept (the master may only be slow), unless that happened twice before
+// with no reply in between: then the connection itself is suspect and is
+// replaced.
+func (l *loop) moveTo(f foundMaster) {
+	if f.gen != l.findGen || !l.finding {
+		return // a search that was ended
+	}
+	l.endFind()
+	if f.addr == "" {
+		return
+	}
+	moved := l.s.c.moveTo(f.addr, l.stuck >= 2)
+	if moved {
+		l.stuck = 0
+		l.movedAt = l.clock.Now()
+		l.s.c.log.Info("client: moved to the serving master", "session", l.s.id, "master", f.addr)
+	} else {
+		l.stuck++
+	}
+	l.kicked = true
+	l.retryAt = 0
 }
 
 func (s *Session) setEpoch(e uint64) {

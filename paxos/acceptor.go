@@ -45,6 +45,7 @@ func (n *Node) onPrepare(m Message) {
 			n.becomeFollower(0)
 		}
 		n.leaderBallot = 0
+		n.pre = nil
 		n.resetElection()
 	}
 	from := max(m.Slot, n.compacted+1)
@@ -77,6 +78,7 @@ func (n *Node) onAccept(m Message) {
 	n.leaderBallot = m.Ballot
 	n.electionElapsed = 0
 	n.campaignASAP = false
+	n.pre = nil
 	n.grant(m.Ballot)
 	var slots []Slot
 	if len(m.Entries) > 0 {

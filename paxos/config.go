@@ -7,8 +7,9 @@ import (
 
 // Defaults, in ticks of the caller's clock. The cell ticks every 10 ms, so
 // the master lease is about 1 s, renewed every 250 ms, and a follower that
-// hears nothing from the leader campaigns after 1.1–1.32 s: a killed master is
-// replaced roughly a lease plus 0.1–0.3 s after its last renewal.
+// hears nothing from the leader asks for a pre-vote after 1.1–1.32 s and
+// campaigns one round trip later: a killed master is replaced roughly a
+// lease plus 0.1–0.3 s after its last renewal.
 const (
 	// DefaultLeaseTicks is the master lease length when Config.LeaseTicks is 0.
 	DefaultLeaseTicks = 100
@@ -42,10 +43,12 @@ type Config struct {
 	// at least 1 and at most LeaseTicks/2 (renew well before expiry).
 	HeartbeatTicks int
 	// ElectionTicks is the least number of ticks a follower waits without
-	// hearing from a leader before it campaigns; the actual wait is drawn
-	// from [ElectionTicks, ElectionTicks+ElectionTicks/5] using Seed. If
-	// zero, LeaseTicks + LeaseTicks/10. It must exceed HeartbeatTicks. A
-	// leader that holds no lease for ElectionTicks steps down.
+	// hearing from a leader before it asks for a pre-vote; the actual wait
+	// is drawn from [ElectionTicks, ElectionTicks+ElectionTicks/5] using
+	// Seed. A follower that heard a leader within the last ElectionTicks
+	// refuses others' pre-votes. If zero, LeaseTicks + LeaseTicks/10. It
+	// must exceed HeartbeatTicks. A leader that holds no lease for
+	// ElectionTicks steps down.
 	ElectionTicks int
 	// DriftPPM bounds the relative difference of tick rates between any two
 	// replicas, in parts per million: a replica's tick may last up to

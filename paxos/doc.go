@@ -12,7 +12,8 @@
 // # Protocol
 //
 // Ballots (round<<16 | replica ID) order proposers. A replica that hears no
-// leader for a randomised election timeout becomes a candidate: it runs
+// leader for a randomised election timeout, and whose pre-vote finds a
+// majority that no longer hears one either, becomes a candidate: it runs
 // Phase 1 (Prepare/Promise) once, for every slot from its first unchosen
 // slot onward; acceptors answer with everything they accepted there; the
 // new leader re-proposes, per slot, the value reported chosen or else the one
@@ -34,6 +35,44 @@
 // restarted acceptor, which cannot remember its grants, promises nothing for
 // LeaseTicks after NewNode. StepDown hands over without waiting out the
 // lease.
+//
+// Pre-vote (prevote.go): a follower whose election timer fires does not
+// raise a ballot at once. It asks every peer (MsgPreVote) whether it would
+// vote for it, and campaigns only once a majority, itself included, says
+// yes within ElectionTicks. A replica says no while it still hears a live
+// master: it leads with a live lease, or it follows a leader whose Accept
+// or heartbeat it received within the last ElectionTicks ticks, or it holds
+// a live lease grant to another replica. Status.PreVote reports a pre-vote
+// in progress. Without it, a replica that was cut off or restarted and
+// whose timer fired would campaign with a higher ballot; the acceptors
+// refuse that ballot while their grants to the master live, but the
+// returning replica itself has promised it, refuses the master's next
+// heartbeat with it, and the master steps down: a needless fail-over. A
+// successor named by StepDown (MsgTimeoutNow) campaigns without a
+// pre-vote: the master asked it to, and a hand-over should cost no extra
+// round trip.
+//
+// Safety. A pre-vote writes nothing durable, promises nothing, accepts
+// nothing and grants no lease; its messages depend on no persistence and a
+// grant binds nobody (the grantor may promise any ballot afterwards). The
+// campaign that follows is an ordinary Phase 1. So every argument in this
+// documentation holds with pre-vote exactly as without it: pre-vote only
+// removes campaigns, it never adds a vote. Its only risk is liveness, which
+// it keeps: when the master is gone no replica hears it, so after
+// ElectionTicks every follower grants, and a pre-candidate asks again every
+// HeartbeatTicks; a refusal for a live grant lasts no longer than the grant,
+// which the Prepare would wait out anyway. Answers carry a nonce, so an
+// answer to an earlier pre-vote (perhaps before a restart) never counts.
+//
+// Mixed versions. MsgPreVote and MsgPreVoteResp are appended to the message
+// types, so every older type keeps its wire number. A replica without
+// pre-vote refuses the unknown type (ErrInvalidMessage; the cell counts and
+// drops it) and campaigns directly, as before. So in a cell of old and new
+// replicas, if a majority that can talk includes an old replica, that one
+// campaigns when its timer fires and the new replicas promise as before;
+// if it holds only new replicas, they answer each other. Elections happen
+// either way; only the old replicas can still depose a live master, as
+// they always could, until they are upgraded.
 //
 // Every vote a proposer collects (a promise, an accept's acknowledgement, a
 // lease grant) counts at the proposer only for a bounded time: while its own

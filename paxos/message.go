@@ -53,6 +53,17 @@ const (
 	// ballot, Slot its highest accepted slot (or snapshot slot), Nonce the
 	// request's.
 	MsgRebuildAck
+	// MsgPreVote: a follower whose election timer fired asks whether the
+	// receiver would vote for it if it campaigned, before it raises any
+	// ballot (see prevote.go). Tick is the sender's tick count when it
+	// asked; Nonce names the pre-vote. New types are appended, so the wire numbers of the ones above
+	// never change.
+	MsgPreVote
+	// MsgPreVoteResp answers MsgPreVote, echoing its Tick and Nonce: a grant if
+	// LeaseLeft is 0; otherwise a refusal, because the receiver still hears
+	// a live master (or holds a live lease grant) for about LeaseLeft more
+	// of its ticks. Promised is the receiver's promised ballot.
+	MsgPreVoteResp
 
 	msgTypeEnd // one past the last type
 )
@@ -73,12 +84,14 @@ const (
 //   - MsgRelease, MsgTimeoutNow: the leader already stopped acting as
 //     master in memory when it made them.
 //   - MsgRebuild: a rebuilding replica's request promises nothing.
+//   - MsgPreVote, MsgPreVoteResp: a pre-vote changes no durable state and
+//     binds nobody; a grant is only advice to the asker.
 //
 // Prepare (its ballot is this Ready's promise), Promise, Accepted, Reject
 // and RebuildAck (an acceptor's answers) depend on persistence: invariant 2.
 func (m Message) DependsOnPersist() bool {
 	switch m.Type {
-	case MsgAccept, MsgLearn, MsgLearnReq, MsgSnapshot, MsgRelease, MsgTimeoutNow, MsgRebuild:
+	case MsgAccept, MsgLearn, MsgLearnReq, MsgSnapshot, MsgRelease, MsgTimeoutNow, MsgRebuild, MsgPreVote, MsgPreVoteResp:
 		return false
 	}
 	return true
@@ -88,6 +101,7 @@ var msgTypeNames = [...]string{
 	MsgPrepare: "Prepare", MsgPromise: "Promise", MsgAccept: "Accept", MsgAccepted: "Accepted",
 	MsgReject: "Reject", MsgLearnReq: "LearnReq", MsgLearn: "Learn", MsgSnapshot: "Snapshot",
 	MsgRelease: "Release", MsgTimeoutNow: "TimeoutNow", MsgRebuild: "Rebuild", MsgRebuildAck: "RebuildAck",
+	MsgPreVote: "PreVote", MsgPreVoteResp: "PreVoteResp",
 }
 
 // String returns the type's name, for example "Prepare".
@@ -284,7 +298,7 @@ func (n *Node) check(m *Message) error {
 		if m.Slot == 0 {
 			return bad("learn request from slot 0")
 		}
-	case MsgRebuild, MsgRebuildAck:
+	case MsgRebuild, MsgRebuildAck, MsgPreVote, MsgPreVoteResp:
 		if m.Nonce == 0 {
 			return bad("no nonce")
 		}

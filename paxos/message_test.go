@@ -28,6 +28,8 @@ func sampleMessages() []Message {
 		{Type: MsgTimeoutNow, To: 3, From: 2, Ballot: b, Commit: 3},
 		{Type: MsgRebuild, To: 1, From: 2, Slot: 40, Commit: 3, Nonce: 0xfeed},
 		{Type: MsgRebuildAck, To: 2, From: 1, Promised: b, Slot: 41, Commit: 39, Nonce: 0xfeed},
+		{Type: MsgPreVote, To: 1, From: 2, Commit: 3, Tick: 97, Nonce: 0xbeef},
+		{Type: MsgPreVoteResp, To: 2, From: 1, Commit: 4, Tick: 97, Nonce: 0xbeef, Promised: b, LeaseLeft: 12},
 	}
 }
 

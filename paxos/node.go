@@ -114,6 +114,10 @@ type Status struct {
 	Pending int
 	// Ticks counts calls to Tick since NewNode.
 	Ticks uint64
+	// PreVote reports that this replica's election timer fired and it is
+	// asking whether a majority would vote for it before it campaigns
+	// (Role stays Follower meanwhile; see prevote.go).
+	PreVote bool
 	// Rebuild describes the rebuild in progress: while Rebuild.Phase is not
 	// RebuildNone this replica is a learner that votes in nothing.
 	Rebuild RebuildStatus
@@ -166,6 +170,9 @@ type Node struct {
 
 	cand *campaign
 	lead *leadership
+	// pre is the pre-vote in progress; nil unless this follower's election
+	// timer fired and it asks before campaigning.
+	pre *preVote
 	// rb is the rebuild in progress; nil while this replica votes.
 	rb *rebuild
 
@@ -288,8 +295,16 @@ func (n *Node) Tick() {
 			break
 		}
 		n.electionElapsed++
-		if (n.electionElapsed >= n.electionTimeout || n.campaignASAP) && n.canPromiseSelf() {
+		switch {
+		case !n.canPromiseSelf():
+		case n.campaignASAP:
+			// Asked by the master that stepped down: no pre-vote, so the
+			// hand-over costs no extra round trip.
 			n.campaign()
+		case n.pre != nil:
+			n.tickPreVote()
+		case n.electionElapsed >= n.electionTimeout:
+			n.startPreVote()
 		}
 	case Candidate:
 		n.tickCandidate()
@@ -350,6 +365,10 @@ func (n *Node) Step(m Message) error {
 		n.onRebuild(m)
 	case MsgRebuildAck:
 		n.onRebuildAck(m)
+	case MsgPreVote:
+		n.onPreVote(m)
+	case MsgPreVoteResp:
+		n.onPreVoteResp(m)
 	}
 	n.advanceRebuild()
 	return n.err
@@ -463,6 +482,7 @@ func (n *Node) Status() Status {
 		Compacted: n.compacted,
 		Ticks:     n.now,
 		Rebuild:   n.rebuildStatus(),
+		PreVote:   n.pre != nil,
 	}
 	soft := n.softState()
 	st.Leader, st.Epoch, st.Master = soft.Leader, soft.Epoch, soft.Master

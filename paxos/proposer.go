@@ -225,6 +225,7 @@ func (n *Node) becomeFollower(leader Ballot) {
 	}
 	n.lead = nil
 	n.cand = nil
+	n.pre = nil
 	n.role = Follower
 	n.leaderBallot = leader
 	n.resetElection()

@@ -47,6 +47,24 @@ type Config struct {
 	// It must be shorter than Lease.
 	KeepAliveEarly time.Duration
 
+	// KeepAliveCadence, if not zero, bounds how long the master parks a
+	// KeepAlive: it answers one KeepAliveCadence after its arrival (or
+	// KeepAliveEarly before the lease ends, or at the first event,
+	// whichever comes first), and tells the client the cadence in every
+	// reply. A client that hears nothing for the cadence and a margin
+	// knows that its master is dead or cut off and looks for another,
+	// long before its lease runs short: each reply proves a lease of
+	// (Held+Lease) from the request's send, so a client answered on a
+	// cadence C always holds at least about Lease−2C of lease (shortened
+	// by its drift bound) and loses contact for at most C plus its margin
+	// before it notices. Zero keeps Chubby's rule: park until
+	// KeepAliveEarly before the lease ends, which leaves a client anywhere
+	// between KeepAliveEarly and a whole Lease in hand and gives it no
+	// way to tell a dead master from a parked KeepAlive. It must be
+	// shorter than Lease−KeepAliveEarly to have any effect, and not
+	// negative.
+	KeepAliveCadence time.Duration
+
 	// MaxEvents bounds each session's queue of unacknowledged events. An
 	// event published to a full queue replaces the queue with a single
 	// api.EventOverflow ("events lost, re-read") followed by the new event,
@@ -101,6 +119,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: KeepAliveEarly %v is not positive", ErrBadConfig, c.KeepAliveEarly)
 	case c.KeepAliveEarly >= c.Lease:
 		return fmt.Errorf("%w: KeepAliveEarly %v is not shorter than Lease %v", ErrBadConfig, c.KeepAliveEarly, c.Lease)
+	case c.KeepAliveCadence < 0:
+		return fmt.Errorf("%w: KeepAliveCadence %v is negative", ErrBadConfig, c.KeepAliveCadence)
 	case c.MaxEvents < 2:
 		return fmt.Errorf("%w: MaxEvents %d is below 2", ErrBadConfig, c.MaxEvents)
 	}

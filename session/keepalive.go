@@ -27,12 +27,16 @@ type Reply struct {
 	// (At minus its arrival), so the client can count the lease from later
 	// than its send time without ever overestimating it.
 	At monotime.Time
+	// Cadence is Config.KeepAliveCadence: the longest this master parks a
+	// KeepAlive (zero: until shortly before the lease ends).
+	Cadence time.Duration
 }
 
 // KeepAlive is the session's long-poll. It acknowledges the events with Seq
 // at or below ack, renews the lease at once (a KeepAlive arriving proves the
 // client alive), and then parks until either events are pending for the
-// session or the lease is Config.KeepAliveEarly from its end. Its answer
+// session, the lease is Config.KeepAliveEarly from its end, or (if set)
+// Config.KeepAliveCadence has passed since its arrival. Its answer
 // renews the lease again to a full grant from the moment of answering and
 // carries every unacknowledged event.
 //
@@ -78,7 +82,8 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 	}
 	w := &waiter{wake: make(chan struct{}, 1)}
 	s.parked = w
-	answerAt := s.leaseEnd.Add(-m.cfg.KeepAliveEarly)
+	arrived := now
+	answerAt := m.answerAtLocked(s, arrived)
 	m.checkLocked(s)
 	m.keepalives.Add(1)
 	m.mu.Unlock()
@@ -104,7 +109,7 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 			return Reply{}, w.err
 		}
 		now = m.clock.Now()
-		answerAt = s.leaseEnd.Add(-m.cfg.KeepAliveEarly)
+		answerAt = m.answerAtLocked(s, arrived)
 		if len(s.q.events) > 0 || !now.Before(answerAt) {
 			s.parked = nil
 			r := m.replyLocked(s, now)
@@ -117,6 +122,18 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 	}
 }
 
+// answerAtLocked is when a KeepAlive of s that arrived at arrived is
+// answered if no event comes first: KeepAliveEarly before the lease ends,
+// or KeepAliveCadence after its arrival if that is sooner.
+// REQUIRES: m.mu held.
+func (m *Manager) answerAtLocked(s *sess, arrived monotime.Time) monotime.Time {
+	at := s.leaseEnd.Add(-m.cfg.KeepAliveEarly)
+	if c := m.cfg.KeepAliveCadence; c > 0 {
+		at = min(at, arrived.Add(c))
+	}
+	return at
+}
+
 // replyLocked renews the session's lease and builds the answer.
 // REQUIRES: m.mu held; s live and not parked.
 func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
@@ -127,5 +144,6 @@ func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
 		Events:       slices.Clone(s.q.events),
 		Epoch:        m.cfg.Epoch,
 		At:           now,
+		Cadence:      m.cfg.KeepAliveCadence,
 	}
 }

@@ -50,7 +50,9 @@ func verifyChain(pool *x509.CertPool, chain []*x509.Certificate, usage x509.ExtK
 		inter.AddCert(c)
 	}
 	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadCertificate, err)
+		// NB: %w, so that callers can name the certificate from the
+		// x509 error (x509.UnknownAuthorityError.Cert).
+		return nil, fmt.Errorf("%w: %w", ErrBadCertificate, err)
 	}
 	return chain[0], nil
 }

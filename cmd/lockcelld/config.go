@@ -63,6 +63,11 @@ type fileConfig struct {
 	// a power failure (tests only: the fault-injection suite's proof that
 	// it sees lost acknowledged writes).
 	UnsafeNoFsync bool `json:"unsafe_no_fsync,omitempty"`
+
+	// KeepAliveCadence is the longest the master parks a KeepAlive
+	// (cell.Config.KeepAliveCadence); empty means a twelfth of
+	// session_lease, a negative duration none (Chubby's rule).
+	KeepAliveCadence string `json:"keepalive_cadence,omitempty"`
 }
 
 // ErrTestKnob is what a TestKnobError is (errors.Is).
@@ -158,6 +163,9 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 	if cfg.MaxSessionLease, err = duration("max_session_lease", fc.MaxSessionLease); err != nil {
 		return cfg, err
 	}
+	if cfg.KeepAliveCadence, err = duration("keepalive_cadence", fc.KeepAliveCadence); err != nil {
+		return cfg, err
+	}
 	if cfg.SyncDelay, err = duration("sync_delay", fc.SyncDelay); err != nil {
 		return cfg, err
 	}
@@ -185,33 +193,86 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 	return cfg, nil
 }
 
+// Defaults of lockcelld init.
+const (
+	// defaultInitDir is where init writes a cell: outside the source tree's
+	// packages (./deploy is git-ignored), never a Go package's folder.
+	defaultInitDir = "deploy"
+	// defaultHTTPPort is replica 1's status listener port; replica i uses
+	// defaultHTTPPort+i-1.
+	defaultHTTPPort = 7101
+	// defaultTenant is the first tenant init writes settings for.
+	defaultTenant = "app"
+)
+
+// initOptions are lockcelld init's flags.
+type initOptions struct {
+	dir, name, tenant, principal string
+	addrs                        []string
+	httpHost                     string
+	httpBase                     int
+	faults                       bool
+}
+
 // cmdInit writes what a cell of real processes needs: a CA, one
-// certificate and config per replica, the sequencer-signing key, an
-// administrator certificate, a client settings file, and each replica's
-// data directory holding only the new-member marker (cell.InitDataDir): a
+// certificate and config per replica, the sequencer-signing key, the
+// administrator's lockctl settings (admin.json), the first tenant's
+// client certificate and settings (<tenant>.json), and each replica's data
+// directory holding only the new-member marker (cell.InitDataDir): a
 // replica that starts on an empty store without it takes itself for one
-// that lost its state, and rebuilds from its peers before it votes.
+// that lost its state, and rebuilds from its peers before it votes. It
+// prints what to do next.
 func cmdInit(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lockcelld init", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("dir", "cell", "output directory")
-	name := fs.String("cell", "lockcell", "cell name")
-	addrs := fs.String("replicas", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005", "comma-separated replica addresses; replica i is the i-th")
-	httpBase := fs.Int("http-port", 0, "if set, replica i serves metrics and status on 127.0.0.1:(http-port+i-1)")
-	faults := fs.Bool("fault-injection", false, "enable /debug/faults on the HTTP listeners (test cells only)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	var o initOptions
+	fs.StringVar(&o.dir, "dir", defaultInitDir, "output directory (it will hold the CA's private key: keep it out of source control)")
+	fs.StringVar(&o.name, "cell", "lockcell", "cell name")
+	addrs := fs.String("replicas", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005", "comma-separated replica addresses host:port (three or five); replica i is the i-th")
+	fs.StringVar(&o.httpHost, "http-host", "127.0.0.1", "host the status pages, /metrics, /healthz and /readyz listen on")
+	fs.IntVar(&o.httpBase, "http-port", defaultHTTPPort, "replica i serves its status page on http-host:(http-port+i-1); 0 for none")
+	fs.StringVar(&o.tenant, "tenant", defaultTenant, "the first tenant: init writes its client certificate and settings (<tenant>.json)")
+	fs.StringVar(&o.principal, "principal", "user", "the principal the first tenant's certificate names")
+	fs.BoolVar(&o.faults, "fault-injection", false, "enable /debug/faults on the HTTP listeners (test cells only)")
+	if code, stop := parseFlags(fs, args, stdout, stderr); stop {
+		return code
 	}
-	if err := initCell(*dir, *name, strings.Split(*addrs, ","), *httpBase, *faults); err != nil {
+	o.addrs = strings.Split(*addrs, ",")
+	if err := initCell(o); err != nil {
 		fmt.Fprintln(stderr, "lockcelld init:", err)
 		return exitError
 	}
-	fmt.Fprintf(stdout, "wrote %s: start each replica with 'lockcelld serve --config %s/replica-N.json'\n", *dir, *dir)
-	fmt.Fprintf(stdout, "(a replica on another machine needs its config, the certificates it names and its data directory, data/replica-N, which marks it a new member)\n")
+	printInitNext(stdout, o)
 	return exitOK
 }
 
-func initCell(dir, name string, addrs []string, httpBase int, faults bool) error {
+// printInitNext tells the operator what init wrote and what to do next.
+func printInitNext(w io.Writer, o initOptions) {
+	d := o.dir
+	fmt.Fprintf(w, "Wrote cell %q (%d replicas) to %s/:\n", o.name, len(o.addrs), d)
+	fmt.Fprintf(w, "  replica-N.json          replica N's config; it names certs/ca.pem, certs/replica-N*.pem,\n")
+	fmt.Fprintf(w, "                          certs/signing-key.pem and its data directory data/replica-N\n")
+	fmt.Fprintf(w, "  admin.json              the cell administrator's lockctl settings (certs/admin*.pem)\n")
+	fmt.Fprintf(w, "  %-23s tenant %s's settings (certs/%s-%s*.pem), for lockctl and the Go client\n", o.tenant+".json", o.tenant, o.tenant, o.principal)
+	fmt.Fprintf(w, "  certs/ca-key.pem        the CA's private key: keep it safe, off the replica hosts\n")
+	fmt.Fprintf(w, "\nNext:\n")
+	fmt.Fprintf(w, "  1. Give each host its replica: copy %s/ there (without certs/ca-key.pem) and run\n", d)
+	for i, a := range o.addrs {
+		fmt.Fprintf(w, "       lockcelld serve --config %s/replica-%d.json        # on %s\n", d, i+1, a)
+	}
+	if o.httpBase != 0 {
+		fmt.Fprintf(w, "     Replica N's status page: http://%s:%d/ plus N-1 (also /readyz, /healthz, /metrics).\n", o.httpHost, o.httpBase)
+	}
+	fmt.Fprintf(w, "  2. Check the cell:          lockctl --config %s/admin.json status\n", d)
+	fmt.Fprintf(w, "  3. Create the first tenant: lockctl --config %s/admin.json tenant create %s\n", d, o.tenant)
+	fmt.Fprintf(w, "  4. Use it:                  lockctl --config %s/%s.json put /%s/hello world\n", d, o.tenant, o.tenant)
+	fmt.Fprintf(w, "     From Go: client.ReadConfigFile(%q), then its Config(false), then client.Dial.\n", filepath.Join(d, o.tenant+".json"))
+}
+
+func initCell(o initOptions) error {
+	dir, name, addrs := o.dir, o.name, o.addrs
+	if o.tenant == "" || o.principal == "" {
+		return fmt.Errorf("--tenant and --principal must not be empty")
+	}
 	if len(addrs) == 0 {
 		return fmt.Errorf("no replica addresses")
 	}
@@ -284,10 +345,10 @@ func initCell(dir, name string, addrs []string, httpBase int, faults bool) error
 		fc := fileConfig{
 			ID: id, Cell: name, Replicas: replicas, DataDir: "data/replica-" + n,
 			CAFile: "certs/ca.pem", CertFile: "certs/replica-" + n + ".pem", KeyFile: "certs/replica-" + n + "-key.pem",
-			SigningKeyFile: "certs/signing-key.pem", FaultInjection: faults,
+			SigningKeyFile: "certs/signing-key.pem", FaultInjection: o.faults,
 		}
-		if httpBase != 0 {
-			fc.HTTPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpBase+i))
+		if o.httpBase != 0 {
+			fc.HTTPAddr = net.JoinHostPort(o.httpHost, strconv.Itoa(o.httpBase+i))
 		}
 		b, _ := json.MarshalIndent(fc, "", "  ")
 		if err := write("replica-"+n+".json", append(b, '\n')); err != nil {
@@ -313,5 +374,28 @@ func initCell(dir, name string, addrs []string, httpBase int, faults bool) error
 	}
 	cf := cell.ClientFile{Cell: name, Addrs: addrs, CA: "certs/ca.pem", AdminCert: "certs/admin.pem", AdminKey: "certs/admin-key.pem", PublicKey: "certs/signing-pub.pem"}
 	b, _ := json.MarshalIndent(cf, "", "  ")
-	return write("client.json", append(b, '\n'))
+	if err := write("admin.json", append(b, '\n')); err != nil {
+		return err
+	}
+	// The first tenant's certificate and settings. The tenant itself is
+	// created in the cell's replicated state once the cell runs (lockctl
+	// tenant create); the certificate is valid from now on.
+	user, err := ca.IssueClient(certs.ClientID{Tenant: o.tenant, Principal: o.principal}, certs.Options{})
+	if err != nil {
+		return fmt.Errorf("tenant %q: %w", o.tenant, err)
+	}
+	certPEM, keyPEM, err = certs.EncodeKeyPair(user)
+	if err != nil {
+		return err
+	}
+	base := "certs/" + o.tenant + "-" + o.principal
+	if err := write(base+".pem", certPEM); err != nil {
+		return err
+	}
+	if err := write(base+"-key.pem", keyPEM); err != nil {
+		return err
+	}
+	tf := cell.ClientFile{Cell: name, Addrs: addrs, CA: "certs/ca.pem", Cert: base + ".pem", Key: base + "-key.pem", PublicKey: "certs/signing-pub.pem"}
+	b, _ = json.MarshalIndent(tf, "", "  ")
+	return write(o.tenant+".json", append(b, '\n'))
 }

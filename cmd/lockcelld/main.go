@@ -2,13 +2,14 @@
 //
 //	lockcelld serve --config FILE   run one replica of a cell
 //	lockcelld dev [flags]           run a whole five-replica cell in this process
-//	lockcelld init [flags]          write certificates and configs for a cell
+//	lockcelld init [flags]          write certificates and configs for a cell (in ./deploy)
 //
 // Run any subcommand with --help for its flags.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -68,6 +69,27 @@ Run 'lockcelld COMMAND --help' for a command's flags.
 `)
 }
 
+// parseFlags parses a subcommand's flags. --help prints its flags to
+// stdout and stops with exit 0; a bad flag prints the error and the flags
+// to stderr and stops with exitUsage.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (int, bool) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(stdout, "usage of %s:\n", fs.Name())
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return exitOK, true
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+	fs.SetOutput(stderr)
+	fs.PrintDefaults()
+	return exitUsage, true
+}
+
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -97,11 +119,10 @@ func signalContext() (ctx context.Context, term <-chan struct{}, stop func()) {
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lockcelld serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	configFile := fs.String("config", "", "replica config file (JSON; see 'lockcelld init')")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, stop := parseFlags(fs, args, stdout, stderr); stop {
+		return code
 	}
 	if *configFile == "" {
 		fmt.Fprintln(stderr, "lockcelld serve: --config is required")
@@ -157,14 +178,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 
 func cmdDev(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lockcelld dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	dir := fs.String("dir", "data/dev", "directory for the cell's data and certificates (reused on restart)")
 	port := fs.Int("port", 7001, "UDP port of replica 1; replica i listens on port+i-1, its HTTP status on port+100+i-1")
 	replicas := fs.Int("replicas", 5, "number of replicas")
 	tenant := fs.String("tenant", "dev", "the dev tenant created on first start")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, stop := parseFlags(fs, args, stdout, stderr); stop {
+		return code
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {

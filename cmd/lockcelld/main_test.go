@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/client"
 )
 
 // freePorts returns n free loopback ports of the given network.
@@ -132,6 +133,61 @@ func TestUsage(t *testing.T) {
 	}
 	if code := run([]string{"serve", "--config", "/nonexistent.json"}, &out, &out); code != exitError {
 		t.Errorf("serve with a missing config exited %d, want %d", code, exitError)
+	}
+	for _, cmd := range []string{"serve", "dev", "init"} {
+		for _, h := range []string{"--help", "-h"} {
+			var stdout, stderr bytes.Buffer
+			code := run([]string{cmd, h}, &stdout, &stderr)
+			if code != exitOK || !strings.Contains(stdout.String(), "usage of lockcelld "+cmd) || stderr.Len() != 0 {
+				t.Errorf("lockcelld %s %s: exit %d, stdout %q, stderr %q; want exit 0 and the flags on stdout", cmd, h, code, stdout.String(), stderr.String())
+			}
+		}
+	}
+}
+
+// TestInitDefaults: init with no --dir writes ./deploy (git-ignored, not
+// a package folder), status pages on loopback by default, the
+// administrator's settings and the first tenant's, and says what to do
+// next.
+func TestInitDefaults(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignore, err := os.ReadFile(filepath.Join(repo, ".gitignore"))
+	if err != nil || !strings.Contains(string(ignore), "/deploy/") {
+		t.Fatalf(".gitignore does not ignore /deploy/ (%v)", err)
+	}
+	t.Chdir(t.TempDir())
+	var out bytes.Buffer
+	if code := run([]string{"init", "--replicas", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, &out, &out); code != 0 {
+		t.Fatalf("init exited %d: %s", code, out.String())
+	}
+	for _, f := range []string{"deploy/admin.json", "deploy/app.json", "deploy/certs/app-user.pem", "deploy/certs/ca-key.pem", "deploy/replica-3.json"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("init wrote no %s: %v", f, err)
+		}
+	}
+	for id := 1; id <= 3; id++ {
+		fc, err := readFileConfig(fmt.Sprintf("deploy/replica-%d.json", id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("127.0.0.1:%d", 7100+id); fc.HTTPAddr != want {
+			t.Errorf("replica %d http_addr %q; want %q (status pages on loopback by default)", id, fc.HTTPAddr, want)
+		}
+	}
+	tf, err := client.ReadConfigFile("deploy/app.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := tf.Config(false); err != nil || cfg.Certificate == nil {
+		t.Fatalf("deploy/app.json gives no client certificate: %v", err)
+	}
+	for _, want := range []string{"Next:", "lockcelld serve --config deploy/replica-1.json", "lockctl --config deploy/admin.json status", "tenant create app", "deploy/app.json put /app/hello"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("init's output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 

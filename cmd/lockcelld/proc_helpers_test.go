@@ -284,7 +284,7 @@ func (c *procCell) setupTenant() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.waitMaster()
-	f, err := client.ReadConfigFile(filepath.Join(c.dir, "client.json"))
+	f, err := client.ReadConfigFile(filepath.Join(c.dir, "admin.json"))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func (c *procCell) missing(paths []string) []string {
 func (c *procCell) diverged() string {
 	seen := map[uint64]struct {
 		id  int
-		sum uint64
+		sum api.Checksum
 	}{}
 	for id := range c.procs {
 		st, ok := c.status(id)
@@ -436,11 +436,11 @@ func (c *procCell) diverged() string {
 			continue
 		}
 		if o, ok := seen[st.Applied]; ok && o.sum != st.Checksum {
-			return fmt.Sprintf("replicas %d and %d both applied slot %d with checksums %016x and %016x", o.id, id, st.Applied, o.sum, st.Checksum)
+			return fmt.Sprintf("replicas %d and %d both applied slot %d with checksums %s and %s", o.id, id, st.Applied, o.sum, st.Checksum)
 		}
 		seen[st.Applied] = struct {
 			id  int
-			sum uint64
+			sum api.Checksum
 		}{id, st.Checksum}
 	}
 	return ""

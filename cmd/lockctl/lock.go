@@ -34,14 +34,33 @@ func cmdLock(e *env, args []string) int {
 	fs := e.flags("lock", "[flags] PATH -- CMD [ARGS...]", `Runs CMD while holding the lock on PATH (the node is created if missing).
 CMD gets the lock's sequencer in $`+envSequencer+` (pass it to protected
 servers), the path in $`+envLockPath+` and the generation in
-$`+envGeneration+`. If the lock may be lost while CMD runs (the session
-enters jeopardy or expires), CMD gets SIGTERM (SIGKILL after --kill-after)
-and lockctl exits 75. Otherwise lockctl releases the lock and exits with
-CMD's status. With --try it exits 4 at once if the lock is held.`)
+$`+envGeneration+`.
+
+CMD runs in a process group of its own. Before lockctl gives up the lock or
+exits - CMD exited, the lock may be lost (the session entered jeopardy or
+expired), or lockctl got SIGINT, SIGTERM or SIGHUP - it stops the whole
+group: SIGTERM (with SIGCONT, for stopped processes), then SIGKILL after
+--kill-grace; the lock is released only once no process of the group is
+left. On Linux lockctl also stops descendants that left the group (setsid)
+once their parent died; work handed to other process trees (service
+managers, containers, remote hosts) is not stopped, nor is anything if
+lockctl itself is killed with SIGKILL. Keep --kill-grace below the lock's
+lock-delay (lockctl warns otherwise): after a loss, another holder may get
+the lock once the lock-delay has passed.
+
+When standard input is the terminal, CMD's group is the terminal's
+foreground group, so ^C reaches CMD (lockctl then releases the lock and
+exits with CMD's status); ^Z suspends CMD but not lockctl, which holds the
+lock meanwhile.
+
+If the lock may be lost, lockctl exits 75 after stopping the group.
+Otherwise it releases the lock and exits with CMD's status. With --try it
+exits 4 at once if the lock is held.`)
 	shared := fs.Bool("shared", false, "take the lock in shared (reader) mode")
 	try := fs.Bool("try", false, "fail at once (exit 4) if the lock is held")
 	wait := fs.Duration("wait", 0, "give up waiting for the lock after this long (0: wait forever)")
-	killAfter := fs.Duration("kill-after", 5*time.Second, "after SIGTERM, SIGKILL CMD if it has not exited")
+	killGrace := fs.Duration("kill-grace", 5*time.Second, "after SIGTERM, SIGKILL what is left of CMD's process group after this long")
+	fs.DurationVar(killGrace, "kill-after", 5*time.Second, "the former name of --kill-grace")
 	if code, stop := e.parse(fs, args); stop {
 		return code
 	}
@@ -86,29 +105,43 @@ CMD's status. With --try it exits 4 at once if the lock is held.`)
 		return e.fail("lock", err)
 	}
 
+	if st, err := h.Stat(actx); err == nil && time.Duration(st.LockDelay) < *killGrace {
+		fmt.Fprintf(e.stderr, "lockctl lock: warning: %s has lock-delay %v, shorter than --kill-grace %v: if the lock is lost, another client may take it while %s is still being stopped\n",
+			path, time.Duration(st.LockDelay), *killGrace, argv[0])
+	}
+
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	cmd.Env = append(os.Environ(),
 		envSequencer+"="+l.Sequencer().String(),
 		envLockPath+"="+path,
 		envGeneration+"="+strconv.FormatUint(l.Generation(), 10))
-	if err := cmd.Start(); err != nil {
+	g, err := startGroup(cmd)
+	if err != nil {
 		_ = l.Release(context.Background())
 		return e.fail("lock", fmt.Errorf("starting %s: %w", argv[0], err))
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	var lost error
 	select {
-	case err = <-exited:
+	case <-g.Exited():
 	case <-l.Done():
 		lost = context.Cause(l.Context())
-		err = stopCommand(cmd, exited, *killAfter)
 	case <-e.ctx.Done():
-		err = stopCommand(cmd, exited, *killAfter)
+	}
+	// INVARIANT: the lock is released (or given up) only after the whole
+	// group is gone, also after a normal exit that left processes behind.
+	err, serr := g.Stop(*killGrace)
+	if serr != nil {
+		// Processes survive SIGKILL: keep the lock until the session ends
+		// rather than release it under them.
+		fmt.Fprintf(e.stderr, "lockctl lock: stopping %s: %v; not releasing %s\n", argv[0], serr, path)
+		return exitLockLost
+	}
+	if lost == nil && l.Err() != nil {
+		lost = context.Cause(l.Context())
 	}
 	if lost != nil {
-		fmt.Fprintf(e.stderr, "lockctl lock: the lock on %s may be lost (%v); stopped %s\n", path, lost, argv[0])
+		fmt.Fprintf(e.stderr, "lockctl lock: the lock on %s may be lost (%v); stopped %s and its process group\n", path, lost, argv[0])
 		return exitLockLost
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -124,24 +157,13 @@ CMD's status. With --try it exits 4 at once if the lock is held.`)
 		if ee.ExitCode() >= 0 {
 			return ee.ExitCode()
 		}
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			// As a shell reports a command killed by a signal.
+			return 128 + int(ws.Signal())
+		}
 		return exitError
 	}
 	return e.fail("lock", err)
-}
-
-// stopCommand sends SIGTERM, then SIGKILL after grace, and returns the
-// command's exit.
-func stopCommand(cmd *exec.Cmd, exited <-chan error, grace time.Duration) error {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case err := <-exited:
-		return err
-	case <-t.C:
-		_ = cmd.Process.Kill()
-		return <-exited
-	}
 }
 
 func cmdElect(e *env, args []string) int {

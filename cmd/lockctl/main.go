@@ -79,7 +79,10 @@ func init() {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// lock stops its command's descendants that left the command's process
+	// group too (Linux only; a no-op elsewhere).
+	becomeSubreaper()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -236,7 +239,11 @@ func explain(err error) string {
 	case errors.Is(err, api.ErrPermissionDenied):
 		msg += "\n  (the certificate's principal may not do this; administrators use --admin)"
 	case errors.Is(err, api.ErrUnauthenticated):
-		msg += "\n  (no usable credentials: the config file names no client certificate, or the token is not valid or was revoked)"
+		msg += "\n  (credentials refused: a token may be unknown or revoked - the administrator issues a new one with 'lockctl tenant token'; without a token the config file must name a client certificate)"
+	case errors.Is(err, client.ErrNoMaster):
+		msg += "\n  (the cell has no quorum: start or reconnect replicas; 'lockctl status' shows what each replica says)"
+	case errors.Is(err, client.ErrUnreachable):
+		msg += "\n  (is the cell running, and are the addresses in the config file right?)"
 	case errors.Is(err, context.DeadlineExceeded):
 		msg += "\n  (is the cell running? see 'lockctl status'; --timeout sets the bound)"
 	}
@@ -259,7 +266,12 @@ func (e *env) dial(ctx context.Context, admin bool) (*client.Client, *client.Con
 	cfg.GracePeriod = e.grace
 	cfg.Logger = quietLogger()
 	c, err := client.Dial(ctx, cfg)
-	if err != nil {
+	switch {
+	case errors.Is(err, client.ErrCertificate):
+		return nil, nil, fmt.Errorf("%w\n  (the CA is %q and the client certificate %q, as %s says)", err, f.CA, f.Cert, e.config)
+	case errors.Is(err, client.ErrUnauthenticated), errors.Is(err, client.ErrNoMaster), errors.Is(err, client.ErrUnreachable):
+		return nil, nil, err
+	case err != nil:
 		return nil, nil, fmt.Errorf("cannot reach the cell at %s: %w", strings.Join(cfg.Addrs, ","), err)
 	}
 	return c, f, nil

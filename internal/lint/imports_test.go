@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"namespace":       {"api", "sequencer"},
 	"session":         {"api"},
 	"cell":            {"paxos", "namespace", "session", "sequencer", "api", "transport"},
-	"cell/celltest":   {"cell", "client", "transport", "transport/memnet"},
+	"cell/celltest":   {"cell", "client", "api", "transport", "transport/memnet"},
 	"client":          {"api", "transport", "sequencer"},
 	"cmd/lockcelld":   {"cell", "client"},
 	"cmd/lockctl":     {"client", "api"},

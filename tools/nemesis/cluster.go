@@ -407,7 +407,7 @@ type MasterSample struct {
 	Epoch string
 }
 
-var statusLine = regexp.MustCompile(`Replica (\d+) \((master|replica)\)\. Master: [^,]*, epoch (\d+\.\d+)\.`)
+var statusLine = regexp.MustCompile(`Replica (\d+) \((.+?)\)\. Master: [^,]*, epoch (\d+\.\d+)\.`)
 
 // MasterOf fetches replica id's status page and reads its role and epoch.
 func (c *Cluster) MasterOf(ctx context.Context, id uint64) (MasterSample, error) {
@@ -553,7 +553,7 @@ func (c *Cluster) HealAll(ctx context.Context) error {
 
 // AdminClient dials the cell as its administrator.
 func (c *Cluster) AdminClient(ctx context.Context) (*client.Client, error) {
-	f, err := client.ReadConfigFile(filepath.Join(c.cellDir, "client.json"))
+	f, err := client.ReadConfigFile(filepath.Join(c.cellDir, "admin.json"))
 	if err != nil {
 		return nil, err
 	}

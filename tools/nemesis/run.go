@@ -874,7 +874,7 @@ func (r *run) checkChecksums() (int, *Violation) {
 					break
 				}
 				if st.Checksum != ref.Checksum {
-					return 0, &Violation{CheckerChecksums, fmt.Sprintf("replicas %d and %d applied slot %d with checksums %016x and %016x", ref.Replica, st.Replica, st.Applied, ref.Checksum, st.Checksum)}
+					return 0, &Violation{CheckerChecksums, fmt.Sprintf("replicas %d and %d applied slot %d with checksums %s and %s", ref.Replica, st.Replica, st.Applied, ref.Checksum, st.Checksum)}
 				}
 			}
 			if same && ref.Applied > 0 {

@@ -1,0 +1,664 @@
+package celltest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/client"
+)
+
+// SimConfig configures one whole-cell simulation run (Simulate). Zero
+// values select the documented defaults.
+type SimConfig struct {
+	// Seed decides the fault schedule and every client's choice of
+	// operations.
+	Seed uint64
+	// Steps is the number of fault steps. If zero, 30.
+	Steps int
+	// Replicas is the size of the cell. If zero, 5.
+	Replicas int
+	// Clients is the number of client processes, each with one session.
+	// If zero, 3.
+	Clients int
+	// Locks is the number of lock files the clients contend for. If zero, 2.
+	Locks int
+	// Logf, if set, receives the run's trace, one line per event.
+	Logf func(format string, args ...any)
+}
+
+// SimResult is what a simulation judged and found.
+type SimResult struct {
+	// TraceHash digests the fault schedule and, per client, the sequence
+	// of operations and their outcome classes (see Simulate on how far the
+	// same seed repeats it).
+	TraceHash uint64
+	// ScheduleHash digests the fault schedule alone.
+	ScheduleHash uint64
+	// Faults counts the faults injected by kind (crash, restart, isolate,
+	// heal, stall, pause, resume); MasterFaults those aimed at the master.
+	Faults       map[string]int
+	MasterFaults int
+	// Failovers counts changes of the serving master seen by the sampler.
+	Failovers int
+	// Samples is how many instants the sampler checked (master count, lock
+	// holders, sessions).
+	Samples int
+	// Writes, AckedWrites, Reads, Grants and Restarts count client
+	// operations: writes issued and acknowledged, reads checked, locks
+	// granted, client processes restarted.
+	Writes, AckedWrites, Reads, Grants, Restarts int
+	// Violations lists every broken invariant, in the order found.
+	Violations []string
+}
+
+// Simulate runs a cell of cfg.Replicas replicas and cfg.Clients clients
+// doing lock, unlock, write and read operations while a seeded fault
+// schedule crashes and restarts replicas (the master among them), isolates
+// them from their peers, stalls their run loops and pauses them. Under
+// testing/synctest (call it inside the bubble) it runs on simulated time.
+//
+// It checks, at every sampled instant (every 5 ms of simulated time):
+//
+//   - at most one replica serves as master;
+//   - no two clients hold one lock intact: a client's Lock whose context is
+//     not cancelled, for a grant the cell acknowledged, while another
+//     client's acknowledged grant of the same lock is intact too (a client
+//     that has begun releasing no longer counts);
+//   - no session has expired: the schedule never keeps a majority down, so
+//     every fail-over ends well within the session lease and grace period;
+//
+// after every read, that it returned the latest acknowledged write or a
+// later one (a deposed master that serves reads returns an older one);
+// and at the end, after healing every fault, that every replica applied
+// the same state (equal checksums) and every acknowledged write is there.
+//
+// The fault schedule is a function of the seed alone, but its targets (the
+// master) and every client operation's outcome depend on how the Go
+// scheduler interleaves the cell's goroutines, which synctest does not fix;
+// so the trace hash may differ between runs of one seed (ScheduleHash
+// repeats as long as the same replicas serve as master).
+func Simulate(t testing.TB, cfg SimConfig) SimResult {
+	t.Helper()
+	if cfg.Steps == 0 {
+		cfg.Steps = 30
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 5
+	}
+	if cfg.Clients == 0 {
+		cfg.Clients = 3
+	}
+	if cfg.Locks == 0 {
+		cfg.Locks = 2
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	s := &sim{cfg: cfg, res: SimResult{Faults: map[string]int{}}, schedule: fnv.New64a(),
+		held: map[int]map[*holder]bool{}, seen: map[string]int{}}
+	s.c = Start(t, Options{Replicas: cfg.Replicas, Seed: cfg.Seed})
+	s.run(t)
+	s.res.ScheduleHash = s.schedule.Sum64()
+	h := fnv.New64a()
+	h.Write(binary.LittleEndian.AppendUint64(nil, s.res.ScheduleHash))
+	for _, w := range s.workers {
+		h.Write(binary.LittleEndian.AppendUint64(nil, w.trace.Sum64()))
+	}
+	s.res.TraceHash = h.Sum64()
+	return s.res
+}
+
+type sim struct {
+	cfg      SimConfig
+	c        *Cell
+	schedule hash.Hash64
+	workers  []*worker
+
+	mu struct {
+		sync.Mutex
+	}
+	res  SimResult
+	held map[int]map[*holder]bool // lock index → acknowledged grants not yet given up
+	// files: per client, the latest write acknowledged and the latest issued.
+	acked, issued []int
+	// sessions: per client, its current session.
+	sessions []*client.Session
+	// seen counts each distinct violation.
+	seen map[string]int
+}
+
+// holder is an acknowledged grant of a lock.
+type holder struct {
+	client    int
+	l         *client.Lock
+	releasing bool
+}
+
+// worker is one client process with one session.
+type worker struct {
+	id    int
+	rng   *rand.Rand
+	cl    *client.Client
+	s     *client.Session
+	files []*client.Handle
+	locks []*client.Handle
+	mine  map[int]*holder
+	trace hash.Hash64
+	n     int // the number of this client's latest write
+}
+
+// violate records a broken invariant; a repeat of one already recorded
+// (the sampler finds a lasting one at every instant) is only counted.
+func (s *sim) violate(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	seen := s.seen[msg] > 0
+	s.seen[msg]++
+	if !seen {
+		s.res.Violations = append(s.res.Violations, fmt.Sprintf("%v: %s", simNow(), msg))
+	}
+	s.mu.Unlock()
+	if !seen {
+		s.cfg.Logf("%v VIOLATION: %s", simNow(), msg)
+	}
+}
+
+func (s *sim) run(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	s.acked = make([]int, s.cfg.Clients)
+	s.issued = make([]int, s.cfg.Clients)
+	s.sessions = make([]*client.Session, s.cfg.Clients)
+	for i := range s.cfg.Clients {
+		w, err := s.newWorker(ctx, i)
+		if err != nil {
+			t.Fatalf("celltest: sim: client %d: %v", i, err)
+		}
+		s.workers = append(s.workers, w)
+	}
+
+	work, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, w := range s.workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.work(work, w) }()
+	}
+	sampling, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() { defer close(sampled); s.sample(sampling) }()
+
+	s.faults(ctx)
+
+	// Recover: every fault healed, every replica running.
+	for _, id := range s.c.IDs() {
+		s.c.Resume(id)
+	}
+	s.c.Heal()
+	for _, id := range s.c.IDs() {
+		s.c.Restart(id)
+	}
+	s.cfg.Logf("%v recover: every replica running, every partition healed", simNow())
+	time.Sleep(2 * time.Second)
+	stopWork()
+	wg.Wait()
+	stopSampling()
+	<-sampled
+
+	conv, cancelConv := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelConv()
+	if err := s.c.WaitConverged(conv); err != nil {
+		s.violate("state checksums differ after recovery: %v", err)
+	}
+	s.checkFiles(ctx)
+	for _, w := range s.workers {
+		if st := w.s.State(); st == client.StateExpired {
+			s.violate("client %d: session lost: %v", w.id, w.s.Err())
+		}
+	}
+}
+
+func (s *sim) newWorker(ctx context.Context, i int) (*worker, error) {
+	w := &worker{id: i, rng: rand.New(rand.NewPCG(s.cfg.Seed, uint64(i)+1)), mine: map[int]*holder{}, trace: fnv.New64a()}
+	return w, s.connect(ctx, w)
+}
+
+// connect gives w a new client process: a new connection (found as a new
+// client finds the master), a new session and new handles.
+func (s *sim) connect(ctx context.Context, w *worker) error {
+	cfg := s.c.ClientConfig("", "c"+strconv.Itoa(w.id))
+	// The steady client caches what it reads: its reads are answered
+	// locally until the master invalidates them, which a new master may
+	// do only after its fail-over barrier.
+	cfg.Cache = w.id == 0
+	cfg.OnEvent = func(sess *client.Session, ev client.Event) {
+		if ev.Kind != client.EventNode {
+			s.cfg.Logf("%v client %d: session %d: %v (%v)", simNow(), w.id, sess.ID(), ev, sess.Err())
+		}
+	}
+	cl := s.c.Dial(ctx, cfg)
+	sess, err := cl.NewSession(ctx)
+	if err != nil {
+		_ = cl.Close()
+		return err
+	}
+	w.cl, w.s, w.files, w.locks = cl, sess, nil, nil
+	s.mu.Lock()
+	s.sessions[w.id] = sess
+	s.mu.Unlock()
+	for f := range s.cfg.Clients {
+		h, err := w.s.Open(ctx, filePath(f), client.OpenOptions{Create: true, Contents: []byte("0")})
+		if err != nil {
+			return err
+		}
+		w.files = append(w.files, h)
+	}
+	for j := range s.cfg.Locks {
+		// A lock-delay of 1 s (the default is 10 s) lets a lock pass on
+		// soon after its holder's session expired.
+		h, err := w.s.Open(ctx, "/t/lock"+strconv.Itoa(j), client.OpenOptions{Create: true, LockDelay: time.Second})
+		if err != nil {
+			return err
+		}
+		w.locks = append(w.locks, h)
+	}
+	return nil
+}
+
+// restart ends w's client process, closing its session (if the cell
+// answers within 10 s; otherwise its lease runs out and its locks go after
+// their lock-delay), and starts a new one, which must find the master
+// anew. (Abandoning sessions outright would hold up every write after the
+// next fail-over until they expire, 12 s: the fail-over barrier waits for
+// every surviving session. A short lease instead makes a session's
+// survival hinge on how fast a client in jeopardy finds the new master.)
+func (s *sim) restart(ctx context.Context, w *worker) string {
+	for j, hd := range w.mine {
+		s.mu.Lock()
+		hd.releasing = true
+		s.mu.Unlock()
+		s.unregister(j, hd)
+	}
+	clear(w.mine)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_ = w.s.Close(cctx)
+	cancel()
+	_ = w.cl.Close()
+	s.mu.Lock()
+	s.res.Restarts++
+	s.mu.Unlock()
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.connect(cctx, w)
+		cancel()
+		if err == nil {
+			return "restart ok"
+		}
+		s.cfg.Logf("%v client %d: reconnecting: %v", simNow(), w.id, err)
+	}
+	return "restart cancelled"
+}
+
+func filePath(i int) string { return "/t/file" + strconv.Itoa(i) }
+
+// simNow is the time since the bubble's start (synctest starts its clock
+// at midnight UTC, 2000-01-01).
+func simNow() time.Duration {
+	return time.Since(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).Round(time.Millisecond)
+}
+
+// outcome classes an operation's error for the trace.
+func outcome(err error) string {
+	var ae *api.Error
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &ae):
+		return ae.Code.String()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	default:
+		return "err"
+	}
+}
+
+// work runs client w's operations until ctx ends. Client 0 is steady: it
+// caches file contents, reads and never writes (a write to a master that
+// just died would keep it waiting), never restarts and seldom releases a
+// lock it holds, so it stays with the
+// replica it found and holds locks for long, while the others restart now
+// and then and so find the current master: between them, a deposed master
+// that goes on serving meets clients of the new one.
+func (s *sim) work(ctx context.Context, w *worker) {
+	for ctx.Err() == nil {
+		if w.s.State() == client.StateExpired {
+			return
+		}
+		opCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		op := w.rng.IntN(100)
+		j := w.rng.IntN(s.cfg.Locks)
+		if w.id == 0 && op >= 70 && w.mine[j] != nil && op < 97 {
+			op = 50 // the steady client mostly keeps what it holds
+		}
+		var desc string
+		switch {
+		case op < 5:
+			if w.id == 0 {
+				desc = "stay"
+				break
+			}
+			desc = s.restart(ctx, w)
+		case op < 40 && w.id != 0:
+			desc = s.write(opCtx, w)
+		case op < 70:
+			desc = s.read(opCtx, w, w.rng.IntN(s.cfg.Clients))
+		default:
+			desc = s.lockOp(opCtx, w, j)
+		}
+		cancel()
+		fmt.Fprintf(w.trace, "%s;", desc)
+		s.cfg.Logf("%v client %d: %s", simNow(), w.id, desc)
+		pause := time.Duration(10+w.rng.IntN(290)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+	// Give up what is still held, so that the end state is quiet.
+	for j, hd := range w.mine {
+		s.mu.Lock()
+		hd.releasing = true
+		s.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = hd.l.Release(rctx)
+		cancel()
+		s.unregister(j, hd)
+	}
+}
+
+func (s *sim) write(ctx context.Context, w *worker) string {
+	w.n++
+	s.mu.Lock()
+	s.issued[w.id] = w.n
+	s.res.Writes++
+	s.mu.Unlock()
+	_, err := w.files[w.id].SetContents(ctx, []byte(strconv.Itoa(w.n)))
+	if err == nil {
+		s.mu.Lock()
+		s.acked[w.id] = max(s.acked[w.id], w.n)
+		s.res.AckedWrites++
+		s.mu.Unlock()
+	}
+	if err != nil {
+		s.cfg.Logf("%v client %d: write: %v", simNow(), w.id, err)
+	}
+	return fmt.Sprintf("write file%d=%d %s", w.id, w.n, outcome(err))
+}
+
+func (s *sim) read(ctx context.Context, w *worker, f int) string {
+	s.mu.Lock()
+	low := s.acked[f]
+	s.mu.Unlock()
+	data, _, err := w.files[f].GetContents(ctx)
+	if err != nil {
+		return fmt.Sprintf("read file%d %s", f, outcome(err))
+	}
+	s.mu.Lock()
+	high := s.issued[f]
+	s.res.Reads++
+	s.mu.Unlock()
+	n, perr := strconv.Atoi(string(data))
+	switch {
+	case perr != nil:
+		s.violate("client %d read file%d: %q is no value any client wrote", w.id, f, data)
+	case n < low:
+		s.violate("client %d read file%d: stale value %d, but write %d was acknowledged before the read began", w.id, f, n, low)
+	case n > high:
+		s.violate("client %d read file%d: value %d was never written (latest issued %d)", w.id, f, n, high)
+	}
+	return fmt.Sprintf("read file%d ok", f)
+}
+
+func (s *sim) lockOp(ctx context.Context, w *worker, j int) string {
+	if hd := w.mine[j]; hd != nil {
+		s.mu.Lock()
+		hd.releasing = true
+		s.mu.Unlock()
+		err := hd.l.Release(ctx)
+		delete(w.mine, j)
+		s.unregister(j, hd)
+		return fmt.Sprintf("release lock%d gen %d %s", j, hd.l.Generation(), outcome(err))
+	}
+	l, err := w.locks[j].TryAcquire(ctx, api.LockExclusive)
+	if err != nil {
+		if errors.Is(err, client.ErrLocked) {
+			return fmt.Sprintf("acquire lock%d locked", j)
+		}
+		return fmt.Sprintf("acquire lock%d %s", j, outcome(err))
+	}
+	hd := &holder{client: w.id, l: l}
+	w.mine[j] = hd
+	s.mu.Lock()
+	if s.held[j] == nil {
+		s.held[j] = map[*holder]bool{}
+	}
+	s.held[j][hd] = true
+	s.res.Grants++
+	s.mu.Unlock()
+	s.checkLock(j)
+	return fmt.Sprintf("acquire lock%d ok", j)
+}
+
+func (s *sim) unregister(j int, hd *holder) {
+	s.mu.Lock()
+	delete(s.held[j], hd)
+	s.mu.Unlock()
+}
+
+// checkLock checks that at most one acknowledged grant of lock j is intact.
+func (s *sim) checkLock(j int) {
+	s.mu.Lock()
+	var intact []*holder
+	for hd := range s.held[j] {
+		if !hd.releasing && hd.l.Err() == nil {
+			intact = append(intact, hd)
+		}
+	}
+	s.mu.Unlock()
+	if len(intact) > 1 {
+		var who []string
+		for _, hd := range intact {
+			who = append(who, fmt.Sprintf("client %d (generation %d)", hd.client, hd.l.Generation()))
+		}
+		slices.Sort(who)
+		s.violate("lock%d held intact by %v at once", j, who)
+	}
+}
+
+// sample checks the cell every 5 ms of simulated time until ctx ends.
+func (s *sim) sample(ctx context.Context) {
+	var last uint64
+	for ctx.Err() == nil {
+		ms := s.c.Masters()
+		if len(ms) > 1 {
+			var ids []uint64
+			for _, m := range ms {
+				ids = append(ids, m.ID())
+			}
+			s.violate("replicas %v serve as master at once", ids)
+		}
+		if len(ms) == 1 && ms[0].ID() != last {
+			if last != 0 {
+				s.mu.Lock()
+				s.res.Failovers++
+				s.mu.Unlock()
+			}
+			last = ms[0].ID()
+		}
+		for j := range s.cfg.Locks {
+			s.checkLock(j)
+		}
+		s.mu.Lock()
+		sessions := slices.Clone(s.sessions)
+		s.mu.Unlock()
+		for i, sess := range sessions {
+			if sess != nil && sess.State() == client.StateExpired {
+				s.violate("client %d: session %d lost: %v", i, sess.ID(), sess.Err())
+			}
+		}
+		s.mu.Lock()
+		s.res.Samples++
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// fault is a fault in force: its kind (crash, stall, pause, isolate) and
+// when the schedule undoes it.
+type fault struct {
+	kind  string
+	until time.Time
+}
+
+// faults runs the fault schedule. Each step first undoes the faults whose
+// time is up, then may inject one: a crash, a stall (the run loop stops,
+// the network stays up), a pause (loop and network stop) or an isolation
+// from the peers, aimed at the master half of the time. A fault lasts
+// 0.5–3 s, or 5–40 s three times in ten (longer than the session lease
+// and the lock-delay together, so that a master that serves without its
+// lease has time to hand out what it no longer owns). At most a minority
+// of the replicas is faulty at once, so that a majority can always elect a
+// master and every fail-over ends within the session lease.
+func (s *sim) faults(ctx context.Context) {
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, 0))
+	ids := s.c.IDs()
+	down := map[uint64]fault{}
+	minority := (len(ids) - 1) / 2
+	for step := 0; step < s.cfg.Steps && ctx.Err() == nil; step++ {
+		for _, id := range ids {
+			f, ok := down[id]
+			if !ok || time.Now().Before(f.until) {
+				continue
+			}
+			delete(down, id)
+			undo := "restart"
+			switch f.kind {
+			case "crash":
+				s.c.Restart(id)
+			case "stall", "pause":
+				s.c.Resume(id)
+				undo = "resume"
+			case "isolate":
+				s.isolate(ids, down)
+				undo = "heal"
+			}
+			s.count(undo, false)
+			s.cfg.Logf("%v step %d: %s %d", simNow(), step, undo, id)
+		}
+		kind := []string{"crash", "stall", "pause", "isolate", "none", "none"}[rng.IntN(6)]
+		atMaster := rng.IntN(2) == 0
+		pick := ids[rng.IntN(len(ids))]
+		dur := time.Duration(500+rng.IntN(2500)) * time.Millisecond
+		if rng.IntN(10) < 3 {
+			dur = time.Duration(5000+rng.IntN(35000)) * time.Millisecond
+		}
+		wait := time.Duration(200+rng.IntN(2800)) * time.Millisecond
+		target := "replica"
+		if atMaster {
+			target = "master"
+			if m := s.c.Master(); m != nil {
+				pick = m.ID()
+			}
+		}
+		if _, ok := down[pick]; ok || len(down) >= minority {
+			kind = "none"
+		}
+		fmt.Fprintf(s.schedule, "%d:%s:%s:%v;", step, kind, target, dur)
+		if kind != "none" {
+			down[pick] = fault{kind: kind, until: time.Now().Add(dur)}
+			switch kind {
+			case "crash":
+				s.c.Crash(pick)
+			case "stall":
+				s.c.Stall(pick)
+			case "pause":
+				s.c.Pause(pick)
+			case "isolate":
+				s.isolate(ids, down)
+			}
+			s.count(kind, atMaster)
+			s.cfg.Logf("%v step %d: %s %d (the %s) for %v", simNow(), step, kind, pick, target, dur)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// count counts an injected fault (or its undoing).
+func (s *sim) count(kind string, atMaster bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.res.Faults[kind]++
+	if atMaster {
+		s.res.MasterFaults++
+	}
+}
+
+// isolate cuts every replica down names as isolated off from all others.
+func (s *sim) isolate(ids []uint64, down map[uint64]fault) {
+	var rest []uint64
+	groups := [][]uint64{nil}
+	for _, id := range ids {
+		if down[id].kind == "isolate" {
+			groups = append(groups, []uint64{id})
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	groups[0] = rest
+	s.c.Partition(groups...)
+}
+
+// checkFiles reads every file through a new session and checks that it
+// holds the latest acknowledged write or a later one.
+func (s *sim) checkFiles(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cl := s.c.Dial(rctx, s.c.ClientConfig("", "checker"))
+	sess, err := cl.NewSession(rctx)
+	if err != nil {
+		s.violate("no session for the final check: %v", err)
+		return
+	}
+	for f := range s.cfg.Clients {
+		h, err := sess.Open(rctx, filePath(f), client.OpenOptions{})
+		if err != nil {
+			s.violate("final check: open %s: %v", filePath(f), err)
+			continue
+		}
+		data, _, err := h.GetContents(rctx)
+		if err != nil {
+			s.violate("final check: read %s: %v", filePath(f), err)
+			continue
+		}
+		n, _ := strconv.Atoi(string(data))
+		s.mu.Lock()
+		low, high := s.acked[f], s.issued[f]
+		s.mu.Unlock()
+		if n < low || n > high {
+			s.violate("final check: %s holds %q; acknowledged up to %d, issued up to %d", filePath(f), data, low, high)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/cell"
+)
+
+// buildLockctl builds the lockctl binary into a temporary directory.
+func buildLockctl(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "lockctl")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startTestCell starts a 3-replica in-process cell with tenant "t" and a 2 s
+// session lease, and returns it with the environment that points lockctl
+// at it.
+func startTestCell(t *testing.T, ctx context.Context) (*cell.LocalCell, []string) {
+	t.Helper()
+	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: t.TempDir(), Replicas: 3, Cell: "test", DevTenant: "t",
+		Tune:   func(c *cell.Config) { c.SessionLease = 2 * time.Second },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.Close)
+	return lc, append(os.Environ(), "LOCKCELL_CONFIG="+lc.ClientFilePath())
+}
+
+// runBin runs lockctl with env and stdin and returns its exit code, stdout
+// and stderr.
+func runBin(t *testing.T, ctx context.Context, bin string, env []string, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	cmd.Stdin = bytes.NewReader([]byte(stdin))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String(), errb.String()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return 0, out.String(), errb.String()
+}
