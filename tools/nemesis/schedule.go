@@ -332,10 +332,10 @@ func (r *run) inject(ctx context.Context, kind string, d time.Duration) error {
 // master lease lasts twice as long as the others grant it, and with an
 // election timeout of a quarter of the usual ticks, so that despite its slow
 // clock it campaigns before the others. Whenever another replica is master,
-// that one is isolated for 3 s (replica 1 then usually wins the election);
-// whenever replica 1 is master, it is isolated: the others elect a new
-// master once their grants run out, while replica 1 still serves — two
-// masters at once, which the master-overlap checker must see.
+// mastership is moved to replica 1 (moveMastership); whenever replica 1 is
+// master, it is isolated: the others elect a new master once their grants
+// run out, while replica 1 still serves — two masters at once, which the
+// master-overlap checker must see.
 //
 // NB: tried first, and given up: fast clocks (scale 0.5) on every replica
 // but the master. On a loaded machine a heartbeat late by 0.3 s makes the
@@ -355,11 +355,11 @@ func (r *run) skewSchedule(ctx context.Context) {
 			sleepCtx(ctx, 100*time.Millisecond)
 			continue
 		}
-		what := "isolate master %d (the skewed one)"
 		if m != slow {
-			what = "isolate master %d, so that the skewed replica may win the election"
+			r.moveMastership(ctx, m, slow)
+			continue
 		}
-		r.fault(FaultIsolateMaster, what, m)
+		r.fault(FaultIsolateMaster, "isolate master %d (the skewed one)", m)
 		err = r.setEverywhere(context.Background(), transport.FaultState{Rules: []transport.Rule{{From: m, Partition: true}, {To: m, Partition: true}}})
 		hold(ctx, 3*time.Second)
 		if err := r.healPartition(FaultIsolateMaster, err); err != nil {
@@ -369,6 +369,36 @@ func (r *run) skewSchedule(ctx context.Context) {
 		}
 		hold(ctx, time.Second)
 	}
+}
+
+// moveMastership makes replica to master: every link is cut but those of
+// to with the replicas other than the current master m, so that only to
+// can gather a majority (the others' campaigns reach nobody but to, which
+// with its early election timeout campaigns again before they retry). Once
+// to serves, or after 10 s, the rules are healed.
+func (r *run) moveMastership(ctx context.Context, m, to uint64) {
+	var rules []transport.Rule
+	for _, x := range r.c.IDs() {
+		for _, y := range r.c.IDs() {
+			if x != y && (x != to && y != to || x == m || y == m) {
+				rules = append(rules, transport.Rule{From: x, To: y, Partition: true})
+			}
+		}
+	}
+	r.fault(FaultIsolateMaster, "cut every link but those of replica %d (and cut master %d off) to move mastership to %d", to, m, to)
+	err := r.setEverywhere(context.Background(), transport.FaultState{Rules: rules})
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	for wctx.Err() == nil && err == nil {
+		if id, ferr := r.c.FindMaster(wctx); ferr == nil && id == to {
+			break
+		}
+		sleepCtx(wctx, 100*time.Millisecond)
+	}
+	cancel()
+	if err := r.healPartition(FaultIsolateMaster, err); err != nil {
+		r.faultFailed(FaultIsolateMaster, err)
+	}
+	hold(ctx, 500*time.Millisecond)
 }
 
 // eagerElectionTicks is the skewed replica's election timeout: a quarter of
