@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,11 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(WorkerMain(cfg, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if lockcelldBin != "" {
+		_ = os.RemoveAll(filepath.Dir(lockcelldBin))
+	}
+	os.Exit(code)
 }
 
 var (
