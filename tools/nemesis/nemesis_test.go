@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	shortDuration = flag.Duration("nemesis.duration", 55*time.Second, "fault schedule of TestNemesisShort")
+	shortDuration = flag.Duration("nemesis.duration", 45*time.Second, "fault schedule of TestNemesisShort (at least one of every fault kind)")
 	shortSeed     = flag.Uint64("nemesis.seed", 0, "seed of TestNemesisShort (0: from the clock)")
 )
 

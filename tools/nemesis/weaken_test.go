@@ -48,7 +48,7 @@ func TestWeakenedRuns(t *testing.T) {
 		WeakenNoFence: 25 * time.Second,
 		WeakenSkew:    30 * time.Second,
 		WeakenNoFsync: 25 * time.Second,
-		WeakenLockCtx: 30 * time.Second,
+		WeakenLockCtx: 35 * time.Second,
 	}
 	for i, w := range Weakenings() {
 		t.Run(w, func(t *testing.T) {
