@@ -55,8 +55,12 @@ func TestWeakenedRuns(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			seed := uint64(time.Now().UnixNano()%1_000_000) + uint64(i)
+			lease := 3 * time.Second
+			if w == WeakenLockCtx {
+				lease = 2 * time.Second // more zombie pauses
+			}
 			res, err := Run(ctx, Options{
-				Duration: durations[w], Seed: seed, Weaken: w, SessionLease: 3 * time.Second, Lockcelld: bin,
+				Duration: durations[w], Seed: seed, Weaken: w, SessionLease: lease, Lockcelld: bin,
 				WorkerArgv: func(f string) []string { return []string{os.Args[0], "worker", f} },
 			})
 			if err != nil {
