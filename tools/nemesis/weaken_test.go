@@ -3,6 +3,8 @@ package nemesis
 import (
 	"context"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -73,5 +75,21 @@ func TestWeakenedRuns(t *testing.T) {
 				t.Fatalf("%s", res.Verdict())
 			}
 		})
+	}
+}
+
+// TestLockcelldInvariants: the replicas under fault injection run with
+// their invariant checks on (the binary's build settings say -tags
+// invariants).
+func TestLockcelldInvariants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds lockcelld")
+	}
+	out, err := exec.Command("go", "version", "-m", testLockcelld(t)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go version -m: %v: %s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^\s*build\s+-tags=(\S+,)?invariants(,\S+)?$`).Match(out) {
+		t.Fatalf("lockcelld was built without -tags invariants:\n%s", out)
 	}
 }
