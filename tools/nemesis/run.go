@@ -425,7 +425,13 @@ func (r *run) setupNamespace(ctx context.Context) error {
 
 const (
 	registerKeys = 3
-	fencedLocks  = 2
+	// fencedLocks is how many locks the fenced workers use; the zombies
+	// use the first zombieLocks of them, so that a zombie always has
+	// fenced workers to race while the others leave locks free for
+	// progress (a zombie holds its lock through a pause of twice the
+	// session lease).
+	fencedLocks = 4
+	zombieLocks = 2
 )
 
 type workerProc struct {
@@ -469,6 +475,7 @@ func (r *run) startWorkers() ([]*workerProc, error) {
 		}
 		var env []string
 		if role == RoleZombie {
+			cfg.Locks = zombieLocks
 			cfg.MarkerFile = filepath.Join(r.dir, fmt.Sprintf("worker-%d.marker", id))
 			if err := os.WriteFile(cfg.MarkerFile, make([]byte, 4), 0o600); err != nil {
 				return out, err
