@@ -900,7 +900,11 @@ func (r *run) checkChecksums() (int, *Violation) {
 			}
 			var parts []string
 			for _, id := range r.c.IDs() {
-				parts = append(parts, fmt.Sprintf("%d@%d", id, sts[id].Applied))
+				st := sts[id]
+				// Who each believes is master, in which epoch, and its
+				// role: what a diagnosis of a replica that stopped
+				// learning needs.
+				parts = append(parts, fmt.Sprintf("%d@%d (chosen %d, %s, master %d, epoch %v)", id, st.Applied, st.Chosen, st.Role, st.Master, st.Epoch))
 			}
 			last = "applied slots differ: " + strings.Join(parts, " ")
 		}
