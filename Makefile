@@ -87,7 +87,9 @@ run-procs:
 	$(GO) build -o bin/ ./cmd/...
 	./bin/lockcelld dev --procs --dir data/dev-procs
 
-## nemesis: the fault-injection suite on real processes (DURATION, SEED; SEED=0 picks one).
+## nemesis: the fault-injection suite on real processes (DURATION, SEED; SEED=0 picks one):
+## per checker what it judged, its floor and its violations; per fault kind how many were
+## applied; each zombie's outcome (docs/nemesis.md).
 nemesis:
 	$(GO) run ./tools/nemesis/cmd/nemesis -duration $(DURATION) -seed $(SEED)
 
