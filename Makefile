@@ -4,13 +4,14 @@ GO        ?= go
 PKGS      ?= ./...
 FUZZTIME  ?= 30s
 SIMSEEDS  ?= 20000
+CELLSIMSEEDS ?= 100
 DURATION  ?= 2m
 SEED      ?= 0
 BENCH_DURATION ?= 3s
 PEERS_DURATION ?= 10s
 PEERS_SESSIONS ?= 10000
 
-.PHONY: all test test-race lint sim fuzz bench bench-peers nemesis run run-procs build clean
+.PHONY: all test test-race lint sim sim-cell fuzz bench bench-peers nemesis run run-procs build clean
 
 all: build
 
@@ -34,6 +35,11 @@ lint:
 ## sim: a long batch of Paxos simulator seeds.
 sim:
 	$(GO) test -tags invariants -count=1 -timeout 120m ./paxos -run TestSimulation -sim.seeds=$(SIMSEEDS)
+
+## sim-cell: a long batch of whole-cell simulator seeds (cell/celltest; make
+## test runs three).
+sim-cell:
+	$(GO) test -tags invariants -count=1 -timeout 120m ./cell/celltest -run TestCellSimulation -sim.seeds=$(CELLSIMSEEDS)
 
 ## fuzz: every fuzz target for FUZZTIME each.
 fuzz:
@@ -81,7 +87,9 @@ run-procs:
 	$(GO) build -o bin/ ./cmd/...
 	./bin/lockcelld dev --procs --dir data/dev-procs
 
-## nemesis: the fault-injection suite on real processes (DURATION, SEED; SEED=0 picks one).
+## nemesis: the fault-injection suite on real processes (DURATION, SEED; SEED=0 picks one):
+## per checker what it judged, its floor and its violations; per fault kind how many were
+## applied; each zombie's outcome (docs/nemesis.md).
 nemesis:
 	$(GO) run ./tools/nemesis/cmd/nemesis -duration $(DURATION) -seed $(SEED)
 

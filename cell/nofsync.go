@@ -31,15 +31,16 @@ type lossyFS struct {
 // operating system: the longest a SIGKILL can take back.
 const lossyFlushEvery = 500 * time.Millisecond
 
-func newLossyFS(fs vfs.FS) *lossyFS {
+// newLossyFS wraps fs; buffered WAL writes reach it every flushEvery.
+func newLossyFS(fs vfs.FS, flushEvery time.Duration) *lossyFS {
 	l := &lossyFS{FS: fs, files: map[*lossyFile]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go l.flushLoop()
+	go l.flushLoop(flushEvery)
 	return l
 }
 
-func (l *lossyFS) flushLoop() {
+func (l *lossyFS) flushLoop(every time.Duration) {
 	defer close(l.done)
-	t := time.NewTicker(lossyFlushEvery)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

@@ -340,7 +340,7 @@ func (o *storeOpener) openPebble() (*store, error) {
 		}},
 	}
 	if o.cfg.UnsafeNoFsync {
-		st.lossy = newLossyFS(vfs.Default)
+		st.lossy = newLossyFS(vfs.Default, lossyFlushEvery)
 		opts.FS = st.lossy
 	}
 	if desc, err := pebble.Peek(o.cfg.DataDir, vfs.Default); err == nil && !desc.Exists {

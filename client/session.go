@@ -669,7 +669,12 @@ type loop struct {
 	// probing: a pair of KeepAlives is out to prove a renewal.
 	probing  bool
 	failures int
-	retryAt  monotime.Time
+	// retryAt is the end of the backoff after a failed KeepAlive: none is
+	// pending once it is not after now. NB: "no backoff" is an instant
+	// already past, never the zero Time, which has no special meaning (a
+	// monotonic clock may read below zero, as it does in a testing/synctest
+	// bubble, where a zero retryAt held every KeepAlive back).
+	retryAt monotime.Time
 	// jeopardy: the loop has seen the current lapse and is looking for a
 	// master until graceEnd.
 	jeopardy bool
@@ -704,7 +709,8 @@ func (s *Session) run(grant, cadence time.Duration) {
 	leaseEnd := s.mu.leaseEnd
 	s.mu.Unlock()
 	l := &loop{s: s, clock: s.clock, results: make(chan kaResult), live: map[uint64]liveKA{},
-		leaseEnd: leaseEnd, grant: grant, epoch: s.Epoch(), cadence: cadence, found: make(chan foundMaster, 1)}
+		leaseEnd: leaseEnd, grant: grant, epoch: s.Epoch(), cadence: cadence, found: make(chan foundMaster, 1),
+		retryAt: s.clock.Now()}
 	defer func() {
 		for _, ka := range l.live {
 			ka.cancel()
@@ -879,7 +885,7 @@ func (l *loop) prove(from monotime.Time, d time.Duration) {
 	}
 	l.probing = false
 	l.failures = 0
-	l.retryAt = 0
+	l.retryAt = l.clock.Now()
 	if l.s.extendLease(from, l.leaseEnd) {
 		l.jeopardy = false
 		l.s.c.log.Info("client: session safe", "session", l.s.id)
@@ -1043,7 +1049,7 @@ func (l *loop) enterJeopardy() {
 	}
 	l.probing = false
 	l.failures = 0
-	l.retryAt = 0
+	l.retryAt = l.clock.Now()
 	l.s.c.dropAll("")
 	l.s.c.log.Info("client: session in jeopardy", "session", l.s.id, "grace", l.s.cfg.GracePeriod)
 	l.find()
@@ -1106,7 +1112,7 @@ func (l *loop) moveTo(f foundMaster) {
 		l.stuck++
 	}
 	l.kicked = true
-	l.retryAt = 0
+	l.retryAt = l.clock.Now()
 }
 
 func (s *Session) setEpoch(e uint64) {

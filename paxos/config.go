@@ -76,7 +76,11 @@ type Config struct {
 	// moved aside): the node then votes in nothing until it has rebuilt, as
 	// the package documentation describes. A node whose stored HardState
 	// says Rebuilding resumes rebuilding whatever Rebuild says; a node that
-	// never voted (a brand-new member) must not set it.
+	// never voted (a brand-new member) must not set it. The caller must
+	// make the flag durable itself (Saver.Save of the stored HardState with
+	// Rebuilding set, synced) before NewNode: otherwise a crash before the
+	// node's first Ready is persisted would restart the replica as a voter
+	// that has forgotten its votes.
 	Rebuild bool
 }
 

@@ -111,6 +111,19 @@ func (r *replica) restart(tb testing.TB, seed uint64) {
 	cfg.Applied = 0
 	cfg.Seed = seed
 	cfg.Rebuild = r.lost && r.rebuildOnLoss
+	if cfg.Rebuild {
+		// As the cell does: the flag is durable before the node starts, so
+		// a crash before its first Ready is persisted resumes the rebuild
+		// instead of voting with the lost state.
+		hs, err := r.store.InitialState()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		hs.Rebuilding = true
+		if err := r.store.Save(hs, nil, true); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	r.app = &testApp{}
 	node, err := NewNode(cfg)
 	if err != nil {

@@ -27,6 +27,10 @@
 //     meanwhile.
 //   - Options.ClockScale gives a replica a clock that runs fast or slow.
 //
+// Simulate runs a whole-cell simulation on a Cell: seeded faults, clients
+// locking, writing and reading, and the invariants checked throughout
+// (see its doc; TestCellSimulation and make sim-cell run it).
+//
 // Life cycle: Start registers Close with t.Cleanup; under synctest every
 // goroutine the cell started has ended when Close returns, as synctest
 // demands of a bubble.

@@ -2,6 +2,7 @@ package celltest_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -81,6 +82,57 @@ func TestPausedMasterStopsServing(t *testing.T) {
 		}
 		if err := c.WaitConverged(ctx); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestCachedReadsFollowWrites: a session that caches a file reads every
+// write another session made to it once that write is acknowledged: the
+// master invalidates the cache, through the caching session's KeepAlive,
+// before the write completes. Under synctest this also proves the client's
+// KeepAlive loop runs on a clock that reads below zero (a bubble's).
+func TestCachedReadsFollowWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Replicas: 3})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cfg := c.ClientConfig("", "reader")
+		cfg.Cache = true
+		reader, err := c.Dial(ctx, cfg).NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writer, err := c.Dial(ctx, c.ClientConfig("", "writer")).NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hr, err := reader.Open(ctx, "/t/f", client.OpenOptions{Create: true, Contents: []byte("0")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hw, err := writer.Open(ctx, "/t/f", client.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const writes = 20
+		for i := 1; i <= writes; i++ {
+			if _, _, err := hr.GetContents(ctx); err != nil { // (re)fills the cache
+				t.Fatal(err)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := hw.SetContents(wctx, []byte(strconv.Itoa(i)))
+			wcancel()
+			if err != nil {
+				t.Fatalf("write %d: %v", i, err)
+			}
+			got, _, err := hr.GetContents(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != strconv.Itoa(i) {
+				t.Fatalf("cached read after acknowledged write %d: %q", i, got)
+			}
+			time.Sleep(time.Duration(i%4) * 200 * time.Millisecond)
 		}
 	})
 }

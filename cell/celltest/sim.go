@@ -65,7 +65,8 @@ type SimResult struct {
 // Simulate runs a cell of cfg.Replicas replicas and cfg.Clients clients
 // doing lock, unlock, write and read operations while a seeded fault
 // schedule crashes and restarts replicas (the master among them), isolates
-// them from their peers, stalls their run loops and pauses them. Under
+// them from their peers, stalls their run loops and pauses them. Each
+// replica's clock runs at its own seeded rate, within the drift bound. Under
 // testing/synctest (call it inside the bubble) it runs on simulated time.
 //
 // It checks, at every sampled instant (every 5 ms of simulated time):
@@ -83,11 +84,15 @@ type SimResult struct {
 // and at the end, after healing every fault, that every replica applied
 // the same state (equal checksums) and every acknowledged write is there.
 //
-// The fault schedule is a function of the seed alone, but its targets (the
-// master) and every client operation's outcome depend on how the Go
-// scheduler interleaves the cell's goroutines, which synctest does not fix;
-// so the trace hash may differ between runs of one seed (ScheduleHash
-// repeats as long as the same replicas serve as master).
+// The fault schedule (kinds, roles aimed at, durations, pauses) is a
+// function of the seed: ScheduleHash digests it and repeats between runs
+// of one seed (a fault skipped because its target is already down can
+// change it, in principle). Which replica is master, and so which one a
+// fault aimed at "the master" hits, and every client operation's outcome
+// depend on how the Go scheduler interleaves the cell's goroutines (and
+// on the order of Pebble's background work), which synctest does not fix:
+// TraceHash differs between runs of one seed, and a failing seed may need
+// a few replays to fail again.
 func Simulate(t testing.TB, cfg SimConfig) SimResult {
 	t.Helper()
 	if cfg.Steps == 0 {
@@ -105,18 +110,28 @@ func Simulate(t testing.TB, cfg SimConfig) SimResult {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	s := &sim{cfg: cfg, res: SimResult{Faults: map[string]int{}}, schedule: fnv.New64a(),
-		held: map[int]map[*holder]bool{}, seen: map[string]int{}}
-	s.c = Start(t, Options{Replicas: cfg.Replicas, Seed: cfg.Seed})
+	s := &sim{cfg: cfg, schedule: fnv.New64a()}
+	s.mu.res = SimResult{Faults: map[string]int{}}
+	s.mu.held = map[int]map[*holder]bool{}
+	s.mu.seen = map[string]int{}
+	// Every replica's clock runs at its own rate, up to 0.9% slower than
+	// real time: within the 1% drift bound the master lease allows for.
+	rng := rand.New(rand.NewPCG(cfg.Seed, 1<<32))
+	scales := map[uint64]float64{}
+	for id := uint64(1); id <= uint64(cfg.Replicas); id++ {
+		scales[id] = 1 + float64(rng.IntN(900))/100_000
+	}
+	cfg.Logf("clock rates %v", scales)
+	s.c = Start(t, Options{Replicas: cfg.Replicas, Seed: cfg.Seed, ClockScale: scales})
 	s.run(t)
-	s.res.ScheduleHash = s.schedule.Sum64()
+	s.mu.res.ScheduleHash = s.schedule.Sum64()
 	h := fnv.New64a()
-	h.Write(binary.LittleEndian.AppendUint64(nil, s.res.ScheduleHash))
+	h.Write(binary.LittleEndian.AppendUint64(nil, s.mu.res.ScheduleHash))
 	for _, w := range s.workers {
 		h.Write(binary.LittleEndian.AppendUint64(nil, w.trace.Sum64()))
 	}
-	s.res.TraceHash = h.Sum64()
-	return s.res
+	s.mu.res.TraceHash = h.Sum64()
+	return s.mu.res
 }
 
 type sim struct {
@@ -127,21 +142,25 @@ type sim struct {
 
 	mu struct {
 		sync.Mutex
+		res SimResult
+		// held: per lock, the acknowledged grants not yet given up.
+		held map[int]map[*holder]bool
+		// acked and issued: per client (and its file), the number of its
+		// latest write acknowledged and of its latest write issued.
+		acked, issued []int
+		// sessions: per client, its current session.
+		sessions []*client.Session
+		// seen counts each distinct violation.
+		seen map[string]int
 	}
-	res  SimResult
-	held map[int]map[*holder]bool // lock index → acknowledged grants not yet given up
-	// files: per client, the latest write acknowledged and the latest issued.
-	acked, issued []int
-	// sessions: per client, its current session.
-	sessions []*client.Session
-	// seen counts each distinct violation.
-	seen map[string]int
 }
 
 // holder is an acknowledged grant of a lock.
 type holder struct {
-	client    int
-	l         *client.Lock
+	client int
+	l      *client.Lock
+	// releasing: its client has begun to give it up (or lost track of
+	// it), so it no longer counts as a holder. REQUIRES: sim.mu held.
 	releasing bool
 }
 
@@ -163,10 +182,10 @@ type worker struct {
 func (s *sim) violate(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	s.mu.Lock()
-	seen := s.seen[msg] > 0
-	s.seen[msg]++
+	seen := s.mu.seen[msg] > 0
+	s.mu.seen[msg]++
 	if !seen {
-		s.res.Violations = append(s.res.Violations, fmt.Sprintf("%v: %s", simNow(), msg))
+		s.mu.res.Violations = append(s.mu.res.Violations, fmt.Sprintf("%v: %s", simNow(), msg))
 	}
 	s.mu.Unlock()
 	if !seen {
@@ -177,9 +196,9 @@ func (s *sim) violate(format string, args ...any) {
 func (s *sim) run(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	s.acked = make([]int, s.cfg.Clients)
-	s.issued = make([]int, s.cfg.Clients)
-	s.sessions = make([]*client.Session, s.cfg.Clients)
+	s.mu.acked = make([]int, s.cfg.Clients)
+	s.mu.issued = make([]int, s.cfg.Clients)
+	s.mu.sessions = make([]*client.Session, s.cfg.Clients)
 	for i := range s.cfg.Clients {
 		w, err := s.newWorker(ctx, i)
 		if err != nil {
@@ -254,7 +273,7 @@ func (s *sim) connect(ctx context.Context, w *worker) error {
 	}
 	w.cl, w.s, w.files, w.locks = cl, sess, nil, nil
 	s.mu.Lock()
-	s.sessions[w.id] = sess
+	s.mu.sessions[w.id] = sess
 	s.mu.Unlock()
 	for f := range s.cfg.Clients {
 		h, err := w.s.Open(ctx, filePath(f), client.OpenOptions{Create: true, Contents: []byte("0")})
@@ -295,7 +314,7 @@ func (s *sim) restart(ctx context.Context, w *worker) string {
 	cancel()
 	_ = w.cl.Close()
 	s.mu.Lock()
-	s.res.Restarts++
+	s.mu.res.Restarts++
 	s.mu.Unlock()
 	for ctx.Err() == nil {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -389,14 +408,14 @@ func (s *sim) work(ctx context.Context, w *worker) {
 func (s *sim) write(ctx context.Context, w *worker) string {
 	w.n++
 	s.mu.Lock()
-	s.issued[w.id] = w.n
-	s.res.Writes++
+	s.mu.issued[w.id] = w.n
+	s.mu.res.Writes++
 	s.mu.Unlock()
 	_, err := w.files[w.id].SetContents(ctx, []byte(strconv.Itoa(w.n)))
 	if err == nil {
 		s.mu.Lock()
-		s.acked[w.id] = max(s.acked[w.id], w.n)
-		s.res.AckedWrites++
+		s.mu.acked[w.id] = max(s.mu.acked[w.id], w.n)
+		s.mu.res.AckedWrites++
 		s.mu.Unlock()
 	}
 	if err != nil {
@@ -407,15 +426,15 @@ func (s *sim) write(ctx context.Context, w *worker) string {
 
 func (s *sim) read(ctx context.Context, w *worker, f int) string {
 	s.mu.Lock()
-	low := s.acked[f]
+	low := s.mu.acked[f]
 	s.mu.Unlock()
 	data, _, err := w.files[f].GetContents(ctx)
 	if err != nil {
 		return fmt.Sprintf("read file%d %s", f, outcome(err))
 	}
 	s.mu.Lock()
-	high := s.issued[f]
-	s.res.Reads++
+	high := s.mu.issued[f]
+	s.mu.res.Reads++
 	s.mu.Unlock()
 	n, perr := strconv.Atoi(string(data))
 	switch {
@@ -449,11 +468,11 @@ func (s *sim) lockOp(ctx context.Context, w *worker, j int) string {
 	hd := &holder{client: w.id, l: l}
 	w.mine[j] = hd
 	s.mu.Lock()
-	if s.held[j] == nil {
-		s.held[j] = map[*holder]bool{}
+	if s.mu.held[j] == nil {
+		s.mu.held[j] = map[*holder]bool{}
 	}
-	s.held[j][hd] = true
-	s.res.Grants++
+	s.mu.held[j][hd] = true
+	s.mu.res.Grants++
 	s.mu.Unlock()
 	s.checkLock(j)
 	return fmt.Sprintf("acquire lock%d ok", j)
@@ -461,7 +480,7 @@ func (s *sim) lockOp(ctx context.Context, w *worker, j int) string {
 
 func (s *sim) unregister(j int, hd *holder) {
 	s.mu.Lock()
-	delete(s.held[j], hd)
+	delete(s.mu.held[j], hd)
 	s.mu.Unlock()
 }
 
@@ -469,7 +488,7 @@ func (s *sim) unregister(j int, hd *holder) {
 func (s *sim) checkLock(j int) {
 	s.mu.Lock()
 	var intact []*holder
-	for hd := range s.held[j] {
+	for hd := range s.mu.held[j] {
 		if !hd.releasing && hd.l.Err() == nil {
 			intact = append(intact, hd)
 		}
@@ -500,7 +519,7 @@ func (s *sim) sample(ctx context.Context) {
 		if len(ms) == 1 && ms[0].ID() != last {
 			if last != 0 {
 				s.mu.Lock()
-				s.res.Failovers++
+				s.mu.res.Failovers++
 				s.mu.Unlock()
 			}
 			last = ms[0].ID()
@@ -509,7 +528,7 @@ func (s *sim) sample(ctx context.Context) {
 			s.checkLock(j)
 		}
 		s.mu.Lock()
-		sessions := slices.Clone(s.sessions)
+		sessions := slices.Clone(s.mu.sessions)
 		s.mu.Unlock()
 		for i, sess := range sessions {
 			if sess != nil && sess.State() == client.StateExpired {
@@ -517,7 +536,7 @@ func (s *sim) sample(ctx context.Context) {
 			}
 		}
 		s.mu.Lock()
-		s.res.Samples++
+		s.mu.res.Samples++
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -610,9 +629,9 @@ func (s *sim) faults(ctx context.Context) {
 func (s *sim) count(kind string, atMaster bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.res.Faults[kind]++
+	s.mu.res.Faults[kind]++
 	if atMaster {
-		s.res.MasterFaults++
+		s.mu.res.MasterFaults++
 	}
 }
 
@@ -655,7 +674,7 @@ func (s *sim) checkFiles(ctx context.Context) {
 		}
 		n, _ := strconv.Atoi(string(data))
 		s.mu.Lock()
-		low, high := s.acked[f], s.issued[f]
+		low, high := s.mu.acked[f], s.mu.issued[f]
 		s.mu.Unlock()
 		if n < low || n > high {
 			s.violate("final check: %s holds %q; acknowledged up to %d, issued up to %d", filePath(f), data, low, high)

@@ -11,14 +11,14 @@ import (
 
 var (
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of TestCellSimulation")
-	simSeeds = flag.Int("sim.seeds", 4, "number of seeds TestCellSimulation runs (from 1)")
+	simSeeds = flag.Int("sim.seeds", 3, "number of seeds TestCellSimulation runs (from 1)")
 	simSteps = flag.Int("sim.steps", 0, "fault steps per seed (0: the simulator's default)")
 	simTrace = flag.Bool("sim.trace", false, "log every step of every seed")
 )
 
 // TestCellSimulation runs the whole-cell simulator (celltest.Simulate) for
-// -sim.seeds seeds under synctest, and fails with the replay command of
-// every seed that broke an invariant. It also fails if the seeds together
+// -sim.seeds seeds under synctest (make sim-cell runs many more), and fails
+// with the replay command of every seed that broke an invariant. It also fails if the seeds together
 // judged too little: too few reads, grants, sampled instants, fail-overs
 // or faults at the master.
 func TestCellSimulation(t *testing.T) {
@@ -47,7 +47,10 @@ func TestCellSimulation(t *testing.T) {
 					t.Errorf("violation: %s", v)
 				}
 				if len(res.Violations) > 0 {
-					t.Errorf("replay: go test -tags invariants ./cell/celltest -run 'TestCellSimulation' -sim.seed=%d -v", seed)
+					// The seed fixes the schedule, not the goroutine
+					// interleaving (see celltest.Simulate): a replay may
+					// need a few runs to break the same way.
+					t.Errorf("replay: go test -tags invariants ./cell/celltest -run 'TestCellSimulation' -sim.seed=%d -count=5 -v", seed)
 				}
 				total.Reads += res.Reads
 				total.Grants += res.Grants

@@ -3,8 +3,6 @@ package main_test
 import (
 	"bufio"
 	"context"
-	"io"
-	"log/slog"
 	"os/exec"
 	"strings"
 	"testing"
@@ -24,19 +22,7 @@ func TestElectObserveVacancy(t *testing.T) {
 
 	// The election's node, with a short lock-delay so that the next leader
 	// need not wait 10 s.
-	cert, err := lc.ClientCertificate("t", "setup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.Dial(ctx, client.Config{Addrs: lc.Addrs(), CA: lc.CA.Pool(), Certificate: &cert, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := tenantSession(t, ctx, lc, "setup")
 	if _, err := s.Open(ctx, "/t/v", client.OpenOptions{Create: true, LockDelay: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}

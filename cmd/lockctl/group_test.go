@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,19 +94,7 @@ func TestLockStopsProcessGroup(t *testing.T) {
 
 	// The other client; it creates the lock file with a lock-delay well
 	// above lockctl's kill grace.
-	cert, err := lc.ClientCertificate("t", "waiter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wc, err := client.Dial(ctx, client.Config{Addrs: lc.Addrs(), CA: lc.CA.Pool(), Certificate: &cert, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wc.Close()
-	ws, err := wc.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := tenantSession(t, ctx, lc, "waiter")
 	h, err := ws.Open(ctx, "/t/g", client.OpenOptions{Create: true, LockDelay: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/client"
 )
 
 // buildLockctl builds the lockctl binary into a temporary directory.
@@ -38,6 +39,26 @@ func startTestCell(t *testing.T, ctx context.Context) (*cell.LocalCell, []string
 	}
 	t.Cleanup(lc.Close)
 	return lc, append(os.Environ(), "LOCKCELL_CONFIG="+lc.ClientFilePath())
+}
+
+// tenantSession dials lc as tenant "t" with a certificate for name and
+// opens a session; the client closes when the test ends.
+func tenantSession(t *testing.T, ctx context.Context, lc *cell.LocalCell, name string) *client.Session {
+	t.Helper()
+	cert, err := lc.ClientCertificate("t", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, client.Config{Addrs: lc.Addrs(), CA: lc.CA.Pool(), Certificate: &cert, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // runBin runs lockctl with env and stdin and returns its exit code, stdout

@@ -110,16 +110,7 @@ func TestLockctl(t *testing.T) {
 	expect(run("", "lock", "/t/demo", "--", "sh", "-c", "exit 7"), 7, "", "")
 
 	// lock --try on a held lock exits 4 at once.
-	cert, _ := lc.ClientCertificate("t", "holder")
-	hc, err := client.Dial(ctx, client.Config{Addrs: lc.Addrs(), CA: lc.CA.Pool(), Certificate: &cert, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
-	hs, err := hc.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hs := tenantSession(t, ctx, lc, "holder")
 	held, err := client.NewMutex(hs, "/t/held").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)

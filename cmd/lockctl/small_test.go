@@ -2,8 +2,6 @@ package main_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os/exec"
 	"strings"
 	"testing"
@@ -24,19 +22,7 @@ func TestLockctlRoughEdges(t *testing.T) {
 	lc, env := startTestCell(t, ctx)
 
 	// A lock held by someone else.
-	cert, err := lc.ClientCertificate("t", "holder")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc, err := client.Dial(ctx, client.Config{Addrs: lc.Addrs(), CA: lc.CA.Pool(), Certificate: &cert, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
-	hs, err := hc.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hs := tenantSession(t, ctx, lc, "holder")
 	if _, err := client.NewMutex(hs, "/t/held").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,9 @@ type replica struct {
 	incarnation int
 	clockScale  float64
 	syncDelay   time.Duration
+	// electionTicks, if not zero, overrides the replica's election timeout
+	// (in its own ticks).
+	electionTicks int
 }
 
 // BuildLockcelld builds cmd/lockcelld into dir, with its invariant checks
@@ -222,6 +225,10 @@ func (c *Cluster) writeConfigLocked(r *replica) error {
 	if r.clockScale != 0 && r.clockScale != 1 {
 		m["clock_scale"] = r.clockScale
 	}
+	delete(m, "election_ticks")
+	if r.electionTicks != 0 {
+		m["election_ticks"] = r.electionTicks
+	}
 	if r.syncDelay > 0 {
 		m["sync_delay"] = r.syncDelay.String()
 	}
@@ -287,7 +294,19 @@ func (c *Cluster) Restart(id uint64, clockScale float64, syncDelay time.Duration
 	r := c.rep(id)
 	c.Kill(id)
 	r.mu.Lock()
-	r.clockScale, r.syncDelay = clockScale, syncDelay
+	r.clockScale, r.syncDelay, r.electionTicks = clockScale, syncDelay, 0
+	r.mu.Unlock()
+	return c.start(r)
+}
+
+// RestartEager is Restart with a clock scale and an election timeout of
+// electionTicks of the replica's own ticks: a replica whose clock runs slow
+// but that campaigns before the others.
+func (c *Cluster) RestartEager(id uint64, clockScale float64, electionTicks int) error {
+	r := c.rep(id)
+	c.Kill(id)
+	r.mu.Lock()
+	r.clockScale, r.syncDelay, r.electionTicks = clockScale, 0, electionTicks
 	r.mu.Unlock()
 	return c.start(r)
 }

@@ -19,7 +19,10 @@ import (
 //	mutual-exclusion   10·m lock holds
 //	zombies            m holds stopped past the session lease (runs with zombie workers)
 //	stale-attempted    ⌈m/2⌉ writes by zombies that found their lock lost
-//	stale-refused      ⌈m/2⌉ of them refused by fencing (fenced runs)
+//	stale-refused      1 of them refused by fencing (fenced runs; while
+//	                   fail-overs come every few seconds each new master
+//	                   extends every session, so a stopped zombie's session
+//	                   may outlive its pause and nobody races it)
 //	ack-set            20·m acknowledged creates
 //	linearizable       20·m register operations decided by porcupine
 //	master-overlap     20·m status polls that saw a master

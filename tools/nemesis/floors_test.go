@@ -138,3 +138,26 @@ func TestComputeStale(t *testing.T) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }
+
+// TestWeakenedVerdict: a weakened run passes only if the checker it
+// targets fired; any other checker's violation does not count.
+func TestWeakenedVerdict(t *testing.T) {
+	for _, w := range Weakenings() {
+		target := TargetChecker(w)
+		if target == "" {
+			t.Fatalf("%s has no target checker", w)
+		}
+		other := CheckerFloor
+		caught := &Result{Weaken: w, Target: target, Violations: []Violation{{other, "x"}, {target, "y"}}}
+		missed := &Result{Weaken: w, Target: target, Violations: []Violation{{other, "x"}}}
+		if !caught.Passed() || missed.Passed() || missed.OK() {
+			t.Fatalf("%s: caught passed=%v, missed passed=%v", w, caught.Passed(), missed.Passed())
+		}
+		if !strings.Contains(missed.Verdict(), "NOT DETECTED") {
+			t.Fatalf("%s: %s", w, missed.Verdict())
+		}
+	}
+	if normal := (&Result{}); !normal.Passed() || (&Result{Violations: []Violation{{CheckerFloor, "x"}}}).Passed() {
+		t.Fatal("a normal run passes exactly without violations")
+	}
+}

@@ -52,7 +52,7 @@ func TestCheckMutex(t *testing.T) {
 		{"overlap", replace(clean, 1, mkHold(1, "a", 2, 95, 200, true)), "intact holds overlap"},
 		// A later hold overlaps an earlier one that is not the hold just
 		// before it: worker 5's long hold reaches past worker 6's.
-		{"overlap far", []Hold{mkHold(5, "c", 10, 0, 1000, true), mkHold(6, "c", 11, 10, 20, false), mkHold(7, "c", 12, 500, 600, true)}, "worker 5 (generation 10) and worker 7"},
+		{"overlap far", []Hold{mkHold(5, "c", 10, 0, 1000, true), mkHold(6, "c", 11, 10, 20, true), mkHold(7, "c", 12, 500, 600, true)}, "worker 5 (generation 10) and worker 7"},
 		// The same generation granted to two holders.
 		{"granted twice", replace(clean, 3, mkHold(0, "a", 2, 4500, 4600, true)), "granted twice"},
 		// Generations out of the order of the holds.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,11 +25,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(WorkerMain(cfg, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if lockcelldBin != "" {
+		_ = os.RemoveAll(filepath.Dir(lockcelldBin))
+	}
+	os.Exit(code)
 }
 
 var (
-	shortDuration = flag.Duration("nemesis.duration", 55*time.Second, "fault schedule of TestNemesisShort")
+	shortDuration = flag.Duration("nemesis.duration", 45*time.Second, "fault schedule of TestNemesisShort (at least one of every fault kind)")
 	shortSeed     = flag.Uint64("nemesis.seed", 0, "seed of TestNemesisShort (0: from the clock)")
 )
 

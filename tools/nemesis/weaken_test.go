@@ -3,6 +3,8 @@ package nemesis
 import (
 	"context"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -48,15 +50,19 @@ func TestWeakenedRuns(t *testing.T) {
 		WeakenNoFence: 25 * time.Second,
 		WeakenSkew:    30 * time.Second,
 		WeakenNoFsync: 25 * time.Second,
-		WeakenLockCtx: 30 * time.Second,
+		WeakenLockCtx: 35 * time.Second,
 	}
 	for i, w := range Weakenings() {
 		t.Run(w, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			seed := uint64(time.Now().UnixNano()%1_000_000) + uint64(i)
+			lease := 3 * time.Second
+			if w == WeakenLockCtx {
+				lease = 2 * time.Second // more zombie pauses
+			}
 			res, err := Run(ctx, Options{
-				Duration: durations[w], Seed: seed, Weaken: w, SessionLease: 3 * time.Second, Lockcelld: bin,
+				Duration: durations[w], Seed: seed, Weaken: w, SessionLease: lease, Lockcelld: bin,
 				WorkerArgv: func(f string) []string { return []string{os.Args[0], "worker", f} },
 			})
 			if err != nil {
@@ -69,5 +75,21 @@ func TestWeakenedRuns(t *testing.T) {
 				t.Fatalf("%s", res.Verdict())
 			}
 		})
+	}
+}
+
+// TestLockcelldInvariants: the replicas under fault injection run with
+// their invariant checks on (the binary's build settings say -tags
+// invariants).
+func TestLockcelldInvariants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds lockcelld")
+	}
+	out, err := exec.Command("go", "version", "-m", testLockcelld(t)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go version -m: %v: %s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^\s*build\s+-tags=(\S+,)?invariants(,\S+)?$`).Match(out) {
+		t.Fatalf("lockcelld was built without -tags invariants:\n%s", out)
 	}
 }
