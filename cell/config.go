@@ -166,6 +166,13 @@ type Config struct {
 	// the in-process tests of clock skew set it (export_test.go). It is
 	// unexported so that no deployment can skew a replica's clock.
 	wallClock func() time.Time
+	// headOutcomeHook, if set, receives the outcome of every Acquire the
+	// master proposes for the head waiter of a lock (err is nil for a
+	// grant): deliver hands it on (at once or later, from any goroutine);
+	// gone is closed once that waiter's caller has canceled. It runs on the
+	// run loop goroutine and must not block. Tests use it to force the interleaving
+	// of a cancellation with an Acquire in Paxos (export_test.go).
+	headOutcomeHook func(path string, err error, gone <-chan struct{}, deliver func())
 }
 
 func (c Config) populate() Config {

@@ -15,3 +15,12 @@ func (r *Replica) CellClock() (int64, error) {
 	now, _, err := r.ns.Clock()
 	return now, err
 }
+
+// SetHeadOutcomeHook makes the master of the replica that c configures
+// pass the outcome of each Acquire it proposes for a lock's head waiter
+// (err nil for a grant) to hook instead of handling it at once: deliver
+// handles it, from any goroutine; gone is closed once that waiter's caller
+// has canceled. hook runs on the run loop goroutine and must not block.
+func SetHeadOutcomeHook(c *Config, hook func(path string, err error, gone <-chan struct{}, deliver func())) {
+	c.headOutcomeHook = hook
+}

@@ -551,6 +551,16 @@ func (m *master) kick(path string) {
 	m.mu.Unlock()
 	op := &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}
 	outcome := func(res namespace.Result, err error) { m.headOutcome(q, w, res, err) }
+	if hook := m.r.cfg.headOutcomeHook; hook != nil {
+		direct := outcome
+		outcome = func(res namespace.Result, err error) {
+			e := err
+			if e == nil && res.Err != nil {
+				e = res.Err
+			}
+			hook(path, e, w.gone, func() { direct(res, err) })
+		}
+	}
 	if w.caller.Tenant == "" {
 		go m.r.proposeAsync(w.caller, op, outcome)
 		return
@@ -560,6 +570,14 @@ func (m *master) kick(path string) {
 
 // headOutcome handles the result of the head waiter's Acquire. It runs on
 // the run loop goroutine and must not block.
+//
+// A waiter whose caller canceled while its Acquire was in Paxos
+// (cancelWaiter left it at the head) leaves the queue here whatever the
+// outcome, and a grant it got is given back: a canceled Acquire leaves
+// nothing behind. Whether the waiter was canceled is decided under m.mu,
+// and its result is delivered under m.mu too, so a canceling caller (which
+// closes gone before it takes m.mu in cancelWaiter) either finds the
+// result waiting or has its grant released here; never neither.
 func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, err error) {
 	if err == nil && res.Err != nil {
 		err = res.Err
@@ -567,13 +585,25 @@ func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, 
 	g, _ := res.Reply.(*namespace.Granted)
 	m.mu.Lock()
 	q.inflight = false
+	gone := w.abandoned()
+	// w is still the head: while its Acquire is in flight nothing else
+	// removes it. The check keeps a surprise from dropping someone else.
+	atHead := len(q.waiters) > 0 && q.waiters[0] == w
 	var next bool
 	switch {
+	case !atHead:
+		next = len(q.waiters) > 0
 	case err == nil && g != nil:
 		q.waiters = q.waiters[1:]
 		m.r.metrics.waiters.Dec()
 		// Shared grants let the next shared waiter in at once.
 		next = g.Mode == api.LockShared && len(q.waiters) > 0 && q.waiters[0].mode == api.LockShared
+	case gone:
+		// Canceled while in Paxos and not granted: it leaves now, and the
+		// next waiter gets its turn.
+		q.waiters = q.waiters[1:]
+		m.r.metrics.waiters.Dec()
+		next = len(q.waiters) > 0
 	case errors.Is(err, api.ErrLocked):
 		// Stay at the head; the release that frees the lock kicks again.
 		m.notifyConflict(q.path)
@@ -599,16 +629,20 @@ func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, 
 		next = len(q.waiters) > 0
 	}
 	m.dropIfEmptyLocked(q)
-	m.mu.Unlock()
+	release := g != nil && gone
 	switch {
-	case g != nil && w.abandoned():
+	case release:
+	case g != nil:
+		w.finish(g, nil) // buffered: does not block
+	case gone:
+	case err != nil && !errors.Is(err, api.ErrLocked) && !errors.Is(err, api.ErrLockDelay):
+		w.finish(nil, err)
+	}
+	m.mu.Unlock()
+	if release {
 		// The caller canceled while its Acquire was in Paxos: give the lock
 		// back so a canceled waiter leaves nothing behind.
 		go m.r.proposeAsync(w.caller, &namespace.Release{Session: w.session, Path: q.path, Generation: g.Generation}, func(namespace.Result, error) {})
-	case g != nil:
-		w.finish(g, nil)
-	case err != nil && !errors.Is(err, api.ErrLocked) && !errors.Is(err, api.ErrLockDelay):
-		w.finish(nil, err)
 	}
 	if next {
 		go m.kick(q.path)

@@ -59,7 +59,7 @@ func TestTryLockHeld(t *testing.T) {
 // the holder releases, a third session takes the lock at once.
 func TestCancelledAcquireLeavesNoWaiter(t *testing.T) {
 	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testCtx(t, 60*time.Second)
 	a := tc.session(t, ctx, "alice")
 	b := tc.session(t, ctx, "bob")
 	c := tc.session(t, ctx, "carol")
