@@ -23,7 +23,13 @@
 // proposals per slot. Every message carries the sender's chosen index;
 // followers learn chosen slots from it and fetch what they missed with
 // MsgLearnReq, receiving chosen values or, below the sender's compaction
-// point, its snapshot and then the tail.
+// point, its snapshot and then the tail. Catch-up needs no new proposal and
+// no particular link: any message from a peer that is ahead (a heartbeat,
+// a refused pre-vote, a rebuild answer) starts a fetch, and a fetch left
+// unanswered for HeartbeatTicks is retried on the replica's own clock with
+// the next peer in turn (learner.go). So a deposed leader or a follower
+// that missed chosen slots learns them in an idle cell, over whichever
+// links still work.
 //
 // Master lease (Chubby; Paxos Made Live §5.2): an acceptor that accepts from
 // the leader (entries or heartbeat) grants it a lease of Config.LeaseTicks on

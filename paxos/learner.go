@@ -34,14 +34,60 @@ func (n *Node) resolve(s Slot, v Value) {
 	}
 }
 
-// maybeLearn asks peer for chosen values if it knows more than we do and no
-// request is outstanding.
+// Catch-up does not depend on new proposals or on any one link. Every
+// message carries its sender's chosen index, and the node keeps the latest
+// per peer (peerCommit). A replica behind asks the peer whose message told
+// it so (MsgLearnReq); a request unanswered for HeartbeatTicks counts as
+// lost, and while some peer is known to be ahead the node asks again on its
+// own clock, each time of the next peer in turn once a request went
+// unanswered. So a follower that hears the master's heartbeats but whose
+// requests to it are lost, or that is deaf to the master but hears the
+// peers refusing its pre-vote, still learns every chosen slot from any
+// peer it can talk to, in an idle cell as in a busy one.
+
+// maybeLearn asks for chosen values if peer, whose message said the log is
+// chosen up to commit, knows more than we do and no request is
+// outstanding. After an unanswered request it asks the next peer in turn
+// instead of peer.
 func (n *Node) maybeLearn(peer ID, commit Slot) {
 	if commit <= n.chosen || n.learnWait > 0 {
 		return
 	}
+	if n.learnMissed > 0 {
+		peer = n.nextLearnPeer()
+	}
 	n.learnWait = n.cfg.HeartbeatTicks
+	n.learnAsked = peer
 	n.send(Message{Type: MsgLearnReq, To: peer, Slot: n.chosen + 1})
+}
+
+// learnLost handles a LearnReq that went unanswered for HeartbeatTicks: if
+// some peer is still known to be ahead, ask the next peer in turn.
+func (n *Node) learnLost() {
+	n.learnMissed++
+	var ahead Slot
+	for i, c := range n.peerCommit {
+		if i != n.self {
+			ahead = max(ahead, c)
+		}
+	}
+	n.maybeLearn(n.learnAsked, ahead)
+}
+
+// nextLearnPeer returns the peer after learnAsked in replica order,
+// skipping this replica. Whether that peer is ahead is not known in an
+// idle cell (a follower hears only the master), so every peer gets its
+// turn; one that is not ahead ignores the request, which costs a turn.
+func (n *Node) nextLearnPeer() ID {
+	k := len(n.cfg.Replicas)
+	i := n.index(n.learnAsked)
+	for range k {
+		i = (i + 1) % k
+		if i != n.self {
+			return n.cfg.Replicas[i]
+		}
+	}
+	return n.learnAsked
 }
 
 // onLearnReq serves chosen values from m.Slot on: from the log, or the
@@ -77,6 +123,7 @@ func (n *Node) onLearnReq(m Message) {
 // onLearn takes chosen values.
 func (n *Node) onLearn(m Message) {
 	n.learnWait = 0
+	n.learnMissed = 0
 	for _, e := range m.Entries {
 		if e.Slot <= n.chosen {
 			continue
@@ -116,6 +163,7 @@ func (n *Node) onLearn(m Message) {
 // have chosen, then asks for the tail.
 func (n *Node) onSnapshot(m Message) {
 	n.learnWait = 0
+	n.learnMissed = 0
 	snap := m.Snapshot
 	if snap.Slot <= n.chosen {
 		return

@@ -166,7 +166,15 @@ type Node struct {
 	electionTimeout  int
 	campaignASAP     bool
 	heartbeatElapsed int
-	learnWait        int
+	learnWait        int // ticks until an unanswered LearnReq counts as lost
+	// learnAsked is the peer our latest LearnReq went to; learnMissed
+	// counts the LearnReqs in a row that went unanswered, after which we ask
+	// the next peer in turn instead (see learner.go).
+	learnAsked  ID
+	learnMissed int
+	// peerCommit holds, per replica index, the chosen index the peer's
+	// latest message carried.
+	peerCommit []Slot
 
 	cand *campaign
 	lead *leadership
@@ -210,6 +218,7 @@ func NewNode(cfg Config) (*Node, error) {
 		waiting:    map[Slot][]ProposalID{},
 		unsavedIdx: map[Slot]int{},
 		grantLeft:  cfg.LeaseTicks,
+		peerCommit: make([]Slot, len(cfg.Replicas)),
 	}
 	n.self = n.index(cfg.ID)
 	st := cfg.Storage
@@ -286,6 +295,9 @@ func (n *Node) Tick() {
 	}
 	if n.learnWait > 0 {
 		n.learnWait--
+		if n.learnWait == 0 {
+			n.learnLost()
+		}
 	}
 	switch n.role {
 	case Follower:
@@ -336,6 +348,7 @@ func (n *Node) Step(m Message) error {
 	if m.Type == MsgPromise && n.role == Candidate && m.Ballot == n.cand.ballot && m.Tick > n.now {
 		return fmt.Errorf("%w: Promise from %d echoes tick %d, this replica is at %d", ErrInvalidMessage, m.From, m.Tick, n.now)
 	}
+	n.peerCommit[n.index(m.From)] = m.Commit
 	if r := m.Ballot.Round(); r > n.maxRound {
 		n.maxRound = r
 	}
@@ -369,6 +382,13 @@ func (n *Node) Step(m Message) error {
 		n.onPreVote(m)
 	case MsgPreVoteResp:
 		n.onPreVoteResp(m)
+	}
+	// Whatever the message, a sender ahead of us is a chance to learn
+	// (learner.go): a follower deaf to the master hears how far the log is
+	// chosen from the peers refusing its pre-vote, a rebuilding one from
+	// any peer's answer.
+	if n.err == nil {
+		n.maybeLearn(m.From, m.Commit)
 	}
 	n.advanceRebuild()
 	return n.err

@@ -179,6 +179,7 @@ type sim struct {
 	firstAfter   int64 // first time a proposal submitted after heal was reported chosen
 	afterHeal    map[ProposalID]bool
 	noProposals  bool
+	idle         bool // no proposals from heal on (TestSimulationIdleCatchUp)
 	masterChecks int
 	overlap      string // first overlapping-master report
 	failFast     bool   // stop at the first violation (normal runs)
@@ -424,6 +425,9 @@ func (s *sim) step() bool {
 			s.flush(e.rep)
 		}
 	case evPropose:
+		if s.idle && s.healed {
+			break // the cell went idle at heal: no more proposals at all
+		}
 		s.propose()
 		if !s.noProposals {
 			s.push(&simEvent{at: s.now + 1 + s.rng.Int64N(2*s.p.proposeGap), kind: evPropose})
