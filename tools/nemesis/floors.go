@@ -51,7 +51,7 @@ func FloorsFor(opts Options) map[string]int {
 		CheckerMutex:        10 * m,
 		FloorZombies:        m,
 		FloorStaleAttempted: half,
-		FloorStaleRefused:   half,
+		FloorStaleRefused:   1,
 		CheckerAckSet:       20 * m,
 		CheckerLinearizable: 20 * m,
 		CheckerOverlap:      20 * m,
