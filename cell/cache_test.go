@@ -1,10 +1,12 @@
 package cell_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/cell"
 )
 
 // TestCacheInvalidatedBeforeWrite: a write to a node that another session
@@ -68,5 +70,71 @@ func TestCacheInvalidatedBeforeWrite(t *testing.T) {
 	}
 	if got, err := a.getContents(ctx, ha); err != nil || string(got.Contents) != "v2" || !got.Cacheable {
 		t.Fatalf("read after the write = %+v, %v; want v2, cacheable", got, err)
+	}
+}
+
+// TestCacheWriteAfterAbandonedInvalidation: a write that gives up waiting
+// for a caching session's acknowledgement (its deadline ends first) leaves
+// that session's cache unflushed, so the next write to the node must wait
+// for the session too: it completes only after the session acknowledged
+// (the lease is long enough not to run out during the test, so nothing
+// else may end the wait).
+func TestCacheWriteAfterAbandonedInvalidation(t *testing.T) {
+	lc := startCell(t, 3, func(c *cell.Config) { c.SessionLease = 2 * time.Minute })
+	ctx := testCtx(t, 90*time.Second)
+	a := newTestClient(t, lc, "t", "alice")
+	a.createSession(ctx)
+	resp, err := a.open(ctx, api.OpenRequest{Path: "/t/cached", Create: true, Contents: []byte("v1"),
+		Events: api.WantContentsModified, Cache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.getContents(ctx, resp.Handle); err != nil || !got.Cacheable || string(got.Contents) != "v1" {
+		t.Fatalf("first read = %+v, %v; want v1, cacheable", got, err)
+	}
+
+	b := newTestClient(t, lc, "t", "bob")
+	b.createSession(ctx)
+	hb := b.mustOpen(ctx, "/t/cached")
+	// Alice acknowledges nothing: Bob's first write runs out of time.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = b.setContents(short, hb, []byte("v2"))
+	cancel()
+	if err == nil {
+		t.Fatal("a write completed although the caching session acknowledged nothing")
+	}
+
+	written := make(chan error, 1)
+	go func() {
+		_, err := b.setContents(ctx, hb, []byte("v3"))
+		written <- err
+	}()
+	// Alice still caches v1 as far as the master can know: the second
+	// write must wait for her too.
+	select {
+	case err := <-written:
+		t.Fatalf("the second write completed (%v) before the caching session acknowledged the invalidation", err)
+	case <-time.After(time.Second):
+	}
+	// Alice's KeepAlive brings the invalidations; the next acknowledges.
+	ka, err := a.keepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saw bool
+	for _, ev := range ka.Events {
+		saw = saw || ev.Kind == api.EventContentsModified && ev.Path == "/t/cached"
+	}
+	if !saw {
+		t.Fatalf("KeepAlive events %v lack the invalidation", ka.Events)
+	}
+	go func() { _, _ = a.keepAlive(ctx) }()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the second write never completed after the acknowledgement")
 	}
 }

@@ -3,6 +3,7 @@ package cell
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -352,6 +353,18 @@ func (m *master) registerCacher(sess uint64, path string) bool {
 	return true
 }
 
+// forgetCacher records that sess no longer caches path.
+func (m *master) forgetCacher(path string, sess uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cs := m.mu.cachers[path]; cs != nil {
+		delete(cs, sess)
+		if len(cs) == 0 {
+			delete(m.mu.cachers, path)
+		}
+	}
+}
+
 // invalidate is called before a write to path is proposed. It marks the
 // write in progress, waits until a new master's fail-over is acknowledged by
 // every session (Chubby §2.9: until then a client may still trust a cache
@@ -361,8 +374,14 @@ func (m *master) registerCacher(sess uint64, path string) bool {
 func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind) (end func(), err error) {
 	m.mu.Lock()
 	m.mu.writing[path]++
-	cachers := m.mu.cachers[path]
-	delete(m.mu.cachers, path)
+	// Each session stays registered until its Invalidate returns nil (it
+	// acknowledged, or its lease ran out): a write that gives up waiting
+	// (its deadline) leaves the event queued and the session's cache
+	// unflushed, so the next write, and any write running beside this
+	// one, must wait for that session too. Dropping the registry entry up
+	// front let such a write complete while the session still served the
+	// old contents from its cache.
+	cachers := maps.Clone(m.mu.cachers[path])
 	owners := make(map[uint64]namespace.Caller, len(cachers))
 	for sess := range cachers {
 		owners[sess] = m.mu.owners[sess]
@@ -376,6 +395,7 @@ func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind
 	for sess, caller := range owners {
 		if !m.mayRead(caller, path, false) {
 			delete(cachers, sess)
+			m.forgetCacher(path, sess)
 		}
 	}
 	end = func() {
@@ -400,7 +420,13 @@ func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind
 	errs := make(chan error, len(cachers))
 	for sess := range cachers {
 		go func(sess uint64) {
-			errs <- m.sessions.Invalidate(ctx, session.ID(sess), api.Event{Kind: kind, Path: path})
+			err := m.sessions.Invalidate(ctx, session.ID(sess), api.Event{Kind: kind, Path: path})
+			if err == nil {
+				// It holds nothing of path any more, and cannot cache it
+				// again while this write is in progress (registerCacher).
+				m.forgetCacher(path, sess)
+			}
+			errs <- err
 		}(sess)
 	}
 	var first error

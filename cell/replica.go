@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lockcell/lockcell/api"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
@@ -54,7 +55,9 @@ type Replica struct {
 	// status is the core's status after the loop's latest step.
 	status atomic.Pointer[paxos.Status]
 	// leaseDeadline is the monotonic time (monotime.Time) until which the
-	// master lease reported in status is certainly live; 0 when not master.
+	// master lease reported in status is certainly live; math.MinInt64 when
+	// not master (not 0: a monotime.Time may be negative, as it is inside a
+	// testing/synctest bubble, and 0 would then read as a live lease).
 	// RPC handlers check it against the clock, so a stalled loop (a long
 	// fsync, a GC pause, SIGSTOP) cannot leave a lapsed master serving.
 	leaseDeadline atomic.Int64
@@ -658,7 +661,7 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	// The core holds the lease while its tick count stays below the end
 	// tick, LeaseTicksLeft ticks after the latest one; one tick less, in
 	// real time from when the latest tick was due, is certain.
-	var deadline monotime.Time
+	deadline := monotime.Time(math.MinInt64)
 	if st.Master && st.LeaseTicksLeft > 1 {
 		deadline = lastTick.Add(time.Duration(st.LeaseTicksLeft-1) * interval)
 	}

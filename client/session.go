@@ -642,9 +642,11 @@ type liveKA struct {
 	expires monotime.Time
 	// given: it was given up (cancelled) and its result is on the way.
 	given bool
-	// silentAt is when, if still unanswered, it shows the master silent
-	// past its cadence (zero: the master announced no cadence); silent:
-	// that was noticed.
+	// watched: the master announced a cadence, and silentAt is when, if
+	// still unanswered, it shows the master silent past it; silent: that
+	// was noticed. (A monotime.Time has no "unset" value: the clock may
+	// read zero or negative, as it does inside a testing/synctest bubble.)
+	watched  bool
 	silentAt monotime.Time
 	silent   bool
 }
@@ -669,11 +671,8 @@ type loop struct {
 	// probing: a pair of KeepAlives is out to prove a renewal.
 	probing  bool
 	failures int
-	// retryAt is the end of the backoff after a failed KeepAlive: none is
-	// pending once it is not after now. NB: "no backoff" is an instant
-	// already past, never the zero Time, which has no special meaning (a
-	// monotonic clock may read below zero, as it does in a testing/synctest
-	// bubble, where a zero retryAt held every KeepAlive back).
+	// waiting: no KeepAlive is sent before retryAt unless kicked.
+	waiting bool
 	retryAt monotime.Time
 	// jeopardy: the loop has seen the current lapse and is looking for a
 	// master until graceEnd.
@@ -691,8 +690,10 @@ type loop struct {
 	found    chan foundMaster
 	// movedAt is when the last search moved the client: KeepAlives sent
 	// before then went to the old connection, and their failure says
-	// nothing new. stuck counts searches in a row that found the master
-	// where the client already was, although a KeepAlive there was silent.
+	// nothing new (moved: there was such a search). stuck counts searches
+	// in a row that found the master where the client already was,
+	// although a KeepAlive there was silent.
+	moved   bool
 	movedAt monotime.Time
 	stuck   int
 }
@@ -766,7 +767,7 @@ func (l *loop) step(now monotime.Time) {
 			ka.given = true
 			l.live[id] = ka
 		}
-		if !ka.given && !ka.silent && ka.silentAt != 0 && !now.Before(ka.silentAt) {
+		if !ka.given && !ka.silent && ka.watched && !now.Before(ka.silentAt) {
 			// The master has been silent past its cadence: it is dead,
 			// deposed or cut off. Look for the master everywhere; the
 			// KeepAlive stays out in case this one answers after all.
@@ -794,7 +795,7 @@ func (l *loop) step(now monotime.Time) {
 	// A kick is served at once, even during a backoff.
 	kicked := l.kicked
 	l.kicked = false
-	if now.Before(l.retryAt) && !kicked {
+	if l.waiting && now.Before(l.retryAt) && !kicked {
 		return
 	}
 	needProof := l.jeopardy || !now.Before(l.leaseEnd.Add(-l.probeLead()))
@@ -826,13 +827,13 @@ func (s *Session) loopState() State {
 // nextWake is when step has something to do next.
 func (l *loop) nextWake(now monotime.Time) monotime.Time {
 	next := now.Add(time.Hour)
-	if l.retryAt.After(now) {
+	if l.waiting && l.retryAt.After(now) {
 		next = min(next, l.retryAt)
 	}
 	for _, ka := range l.live {
 		if !ka.given {
 			next = min(next, ka.expires)
-			if ka.silentAt != 0 && !ka.silent {
+			if ka.watched && !ka.silent {
 				next = min(next, ka.silentAt)
 			}
 		}
@@ -859,6 +860,7 @@ func (l *loop) start(now monotime.Time) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ka := liveKA{cancel: cancel, expires: now.Add(l.grant)}
 	if l.cadence > 0 {
+		ka.watched = true
 		ka.silentAt = now.Add(l.cadence + SilenceMargin(l.cadence))
 	}
 	l.live[id] = ka
@@ -885,7 +887,7 @@ func (l *loop) prove(from monotime.Time, d time.Duration) {
 	}
 	l.probing = false
 	l.failures = 0
-	l.retryAt = l.clock.Now()
+	l.waiting = false
 	if l.s.extendLease(from, l.leaseEnd) {
 		l.jeopardy = false
 		l.s.c.log.Info("client: session safe", "session", l.s.id)
@@ -998,7 +1000,7 @@ func (l *loop) handle(r kaResult) {
 			break
 		}
 		l.backoff()
-		if !named && r.sent >= l.movedAt {
+		if !named && (!l.moved || !r.sent.Before(l.movedAt)) {
 			// No successor named: ask every replica at once rather than
 			// try them one by one.
 			l.find()
@@ -1008,6 +1010,7 @@ func (l *loop) handle(r kaResult) {
 
 func (l *loop) backoff() {
 	l.failures++
+	l.waiting = true
 	l.retryAt = l.clock.Now().Add(l.s.c.backoff(l.failures))
 }
 
@@ -1049,7 +1052,7 @@ func (l *loop) enterJeopardy() {
 	}
 	l.probing = false
 	l.failures = 0
-	l.retryAt = l.clock.Now()
+	l.waiting = false
 	l.s.c.dropAll("")
 	l.s.c.log.Info("client: session in jeopardy", "session", l.s.id, "grace", l.s.cfg.GracePeriod)
 	l.find()
@@ -1106,13 +1109,14 @@ func (l *loop) moveTo(f foundMaster) {
 	moved := l.s.c.moveTo(f.addr, l.stuck >= 2)
 	if moved {
 		l.stuck = 0
+		l.moved = true
 		l.movedAt = l.clock.Now()
 		l.s.c.log.Info("client: moved to the serving master", "session", l.s.id, "master", f.addr)
 	} else {
 		l.stuck++
 	}
 	l.kicked = true
-	l.retryAt = l.clock.Now()
+	l.waiting = false
 }
 
 func (s *Session) setEpoch(e uint64) {
