@@ -481,14 +481,25 @@ func (c *Cell) PacketConn() (net.PacketConn, error) {
 // closes it when the Cell closes. It fails the test on error.
 func (c *Cell) Dial(ctx context.Context, cfg client.Config) *client.Client {
 	c.t.Helper()
-	cl, err := client.Dial(ctx, cfg)
+	cl, err := c.TryDial(ctx, cfg)
 	if err != nil {
 		c.t.Fatalf("celltest: dial: %v", err)
+	}
+	return cl
+}
+
+// TryDial is Dial that returns the error (no master yet, say, in the middle
+// of a fault) instead of failing the test; a client it returns is closed
+// by Close like Dial's.
+func (c *Cell) TryDial(ctx context.Context, cfg client.Config) (*client.Client, error) {
+	cl, err := client.Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	c.mu.clients = append(c.mu.clients, cl)
 	c.mu.Unlock()
-	return cl
+	return cl, nil
 }
 
 // Close closes the clients made by Dial and stops every replica. It is

@@ -265,7 +265,10 @@ func (s *sim) connect(ctx context.Context, w *worker) error {
 			s.cfg.Logf("%v client %d: session %d: %v (%v)", simNow(), w.id, sess.ID(), ev, sess.Err())
 		}
 	}
-	cl := s.c.Dial(ctx, cfg)
+	cl, err := s.c.TryDial(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	sess, err := cl.NewSession(ctx)
 	if err != nil {
 		_ = cl.Close()
