@@ -48,26 +48,7 @@ func TestCacheInvalidatedBeforeWrite(t *testing.T) {
 		t.Fatalf("read during the invalidation = %+v, %v; want not cacheable", got, err)
 	}
 	// Alice's KeepAlive brings the invalidation; the next one acknowledges.
-	ka, err := a.keepAlive(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var saw bool
-	for _, ev := range ka.Events {
-		saw = saw || ev.Kind == api.EventContentsModified && ev.Path == "/t/cached"
-	}
-	if !saw {
-		t.Fatalf("KeepAlive events %v lack the invalidation", ka.Events)
-	}
-	go func() { _, _ = a.keepAlive(ctx) }()
-	select {
-	case err := <-written:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-ctx.Done():
-		t.Fatal("the write never completed after the acknowledgement")
-	}
+	acknowledgeInvalidation(t, ctx, a, "/t/cached", written)
 	if got, err := a.getContents(ctx, ha); err != nil || string(got.Contents) != "v2" || !got.Cacheable {
 		t.Fatalf("read after the write = %+v, %v; want v2, cacheable", got, err)
 	}
@@ -117,16 +98,25 @@ func TestCacheWriteAfterAbandonedInvalidation(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 	// Alice's KeepAlive brings the invalidations; the next acknowledges.
+	acknowledgeInvalidation(t, ctx, a, "/t/cached", written)
+}
+
+// acknowledgeInvalidation has the caching session a fetch its pending
+// events with a KeepAlive, checks that they invalidate path, acknowledges
+// them with the next KeepAlive, and waits for the write whose result
+// arrives on written to complete without error.
+func acknowledgeInvalidation(t *testing.T, ctx context.Context, a *testClient, path string, written <-chan error) {
+	t.Helper()
 	ka, err := a.keepAlive(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var saw bool
 	for _, ev := range ka.Events {
-		saw = saw || ev.Kind == api.EventContentsModified && ev.Path == "/t/cached"
+		saw = saw || ev.Kind == api.EventContentsModified && ev.Path == path
 	}
 	if !saw {
-		t.Fatalf("KeepAlive events %v lack the invalidation", ka.Events)
+		t.Fatalf("KeepAlive events %v lack the invalidation of %s", ka.Events, path)
 	}
 	go func() { _, _ = a.keepAlive(ctx) }()
 	select {
@@ -135,6 +125,6 @@ func TestCacheWriteAfterAbandonedInvalidation(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-ctx.Done():
-		t.Fatal("the second write never completed after the acknowledgement")
+		t.Fatal("the write never completed after the acknowledgement")
 	}
 }
