@@ -2,13 +2,9 @@ package main_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/lockcell/lockcell/cell"
 )
 
 // TestCellStepDown: `lockctl cell stepdown` makes the master hand over,
@@ -17,12 +13,7 @@ func TestCellStepDown(t *testing.T) {
 	bin := buildLockctl(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: t.TempDir(), Replicas: 3, Cell: "test", DevTenant: "t",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
+	lc := startLocalCell(t, ctx, nil)
 	t0 := time.Now()
 	m, err := lc.WaitMaster(ctx)
 	if err != nil {

@@ -31,14 +31,22 @@ func buildLockctl(t *testing.T) string {
 // at it.
 func startTestCell(t *testing.T, ctx context.Context) (*cell.LocalCell, []string) {
 	t.Helper()
+	lc := startLocalCell(t, ctx, func(c *cell.Config) { c.SessionLease = 2 * time.Second })
+	return lc, append(os.Environ(), "LOCKCELL_CONFIG="+lc.ClientFilePath())
+}
+
+// startLocalCell starts a 3-replica in-process cell "test" with tenant "t",
+// its settings adjusted by tune (nil: the defaults); it stops when the test
+// ends.
+func startLocalCell(t *testing.T, ctx context.Context, tune func(*cell.Config)) *cell.LocalCell {
+	t.Helper()
 	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: t.TempDir(), Replicas: 3, Cell: "test", DevTenant: "t",
-		Tune:   func(c *cell.Config) { c.SessionLease = 2 * time.Second },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Tune: tune, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(lc.Close)
-	return lc, append(os.Environ(), "LOCKCELL_CONFIG="+lc.ClientFilePath())
+	return lc
 }
 
 // tenantSession dials lc as tenant "t" with a certificate for name and

@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,13 +29,7 @@ func TestLockctl(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	faults := transport.NewFaults(1)
-	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: t.TempDir(), Replicas: 3, Cell: "test", DevTenant: "t",
-		Tune:   func(c *cell.Config) { c.SessionLease = 2 * time.Second; c.Faults = faults },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
+	lc := startLocalCell(t, ctx, func(c *cell.Config) { c.SessionLease = 2 * time.Second; c.Faults = faults })
 	env := append(os.Environ(), "LOCKCELL_CONFIG="+lc.ClientFilePath())
 
 	type result struct {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
@@ -13,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/lockcell/lockcell/cell"
 )
 
 // TestStatusWithoutQuorum: lockctl status asks every replica directly, so
@@ -27,12 +23,7 @@ func TestStatusWithoutQuorum(t *testing.T) {
 	bin := buildLockctl(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: t.TempDir(), Replicas: 3, Cell: "test", DevTenant: "t",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
+	lc := startLocalCell(t, ctx, nil)
 	// status must finish well before a client's 30 s wait for a master.
 	status := func() (int, string, string) {
 		t.Helper()
