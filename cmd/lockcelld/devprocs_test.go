@@ -21,32 +21,44 @@ import (
 // free TCP ports from base+100 (the layout of lockcelld dev).
 func freeDevPorts(t *testing.T, n int) int {
 	t.Helper()
+	return freePortBase(t, "udp", func(base int) bool {
+		return portsFree("udp", base, n) && portsFree("tcp", base+100, n)
+	})
+}
+
+// freePortBase returns a free loopback port of network for which fits
+// holds, trying up to 200 candidates.
+func freePortBase(t *testing.T, network string, fits func(base int) bool) int {
+	t.Helper()
 	for range 200 {
-		base := freePorts(t, "udp", 1)[0]
-		if base+100+n > 65535 {
-			continue
-		}
-		ok := true
-		for i := 0; i < n && ok; i++ {
-			pc, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			pc.Close()
-			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+100+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ln.Close()
-		}
-		if ok {
+		if base := freePorts(t, network, 1)[0]; base+200 <= 65535 && fits(base) {
 			return base
 		}
 	}
 	t.Fatal("no free port range")
 	return 0
+}
+
+// portsFree reports whether the n loopback ports of network ("udp" or
+// "tcp") from base can all be bound now.
+func portsFree(network string, base, n int) bool {
+	for i := range n {
+		addr := "127.0.0.1:" + strconv.Itoa(base+i)
+		if network == "udp" {
+			pc, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				return false
+			}
+			pc.Close()
+			continue
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return false
+		}
+		ln.Close()
+	}
+	return true
 }
 
 // TestDevProcs: `lockcelld dev --procs` runs one process per replica;

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,23 +49,7 @@ func fencedBlocks(section, lang string) []string {
 // ports.
 func consecutiveTCPPorts(t *testing.T, n int) int {
 	t.Helper()
-	for range 100 {
-		base := freePorts(t, "tcp", 1)[0]
-		ok := true
-		for i := 1; i < n && ok; i++ {
-			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ln.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no consecutive free TCP ports")
-	return 0
+	return freePortBase(t, "tcp", func(base int) bool { return portsFree("tcp", base, n) })
 }
 
 // TestReadmeOperatingACell follows README.md's "Operating a cell" on
