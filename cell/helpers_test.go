@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -168,17 +169,7 @@ func (c *testClient) callOnce(ctx context.Context, m api.Method, req, resp any) 
 		}
 		return err
 	}
-	switch f.Tag {
-	case api.ReplyOK:
-		return f.Decode(resp)
-	case api.ReplyError:
-		ae := &api.Error{}
-		if err := f.Decode(ae); err != nil {
-			return err
-		}
-		return ae
-	}
-	return errors.New("unexpected reply tag")
+	return celltest.DecodeReply(f, resp)
 }
 
 func (c *testClient) header() api.Header {

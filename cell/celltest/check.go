@@ -76,6 +76,12 @@ func Call(ctx context.Context, conn *transport.ClientConn, m api.Method, req, re
 	if err != nil {
 		return err
 	}
+	return DecodeReply(f, resp)
+}
+
+// DecodeReply decodes a reply frame into resp, or returns the refusal it
+// carries as an *api.Error.
+func DecodeReply(f transport.Frame, resp any) error {
 	switch f.Tag {
 	case api.ReplyOK:
 		return f.Decode(resp)
