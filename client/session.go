@@ -959,10 +959,13 @@ func (l *loop) handle(r kaResult) {
 			l.start(l.clock.Now()) // acknowledge at once
 		}
 	case errors.As(r.err, &ae) && ae.Code == api.Aborted:
-		// Superseded: it was parked, so the master renewed the lease when
-		// it arrived, after it was sent.
+		// Superseded, from a master that answers a replaced KeepAlive with
+		// an error (current masters answer it with a lease): the master
+		// renewed the lease when it arrived, but by how much it does not
+		// say, and a load extension may have ended since the grant this
+		// client last saw, so it proves nothing. The newer KeepAlive's
+		// answer will.
 		l.stuck = 0
-		l.prove(r.sent, l.grant)
 	case errors.As(r.err, &ae) && (ae.Code == api.SessionExpired || ae.Code == api.PermissionDenied || ae.Code == api.Unauthenticated):
 		// Unauthenticated: the session's token was revoked; the master
 		// expires the session, and no call of it can succeed again.

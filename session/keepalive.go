@@ -30,6 +30,11 @@ type Reply struct {
 	// Cadence is Config.KeepAliveCadence: the longest this master parks a
 	// KeepAlive (zero: until shortly before the lease ends).
 	Cadence time.Duration
+	// Superseded: a newer KeepAlive of the same session replaced this
+	// parked one. The reply carries no events (the newer one gets them),
+	// but its lease is as honest as any reply's: the newer KeepAlive's
+	// arrival, At, renewed the lease, and LeaseTimeout runs from At.
+	Superseded bool
 }
 
 // KeepAlive is the session's long-poll. It acknowledges the events with Seq
@@ -42,8 +47,12 @@ type Reply struct {
 //
 // ack refers to sequence numbers of this Manager's stream (Reply.Epoch); the
 // client starts again from 0 after a fail-over. Only one KeepAlive per
-// session is parked: a new one replaces the old, which returns
-// ErrSuperseded.
+// session is parked: a new one replaces the old, which returns at once a
+// Reply marked Superseded, with the lease as renewed by the new one's
+// arrival and no events. A superseded KeepAlive is a client's quickest
+// proof of its lease (it sends a second KeepAlive to get one), so it is
+// answered with the lease the master really holds, not with an error the
+// client would have to read a lease length into.
 //
 // It returns ctx.Err() if ctx ends first (the renewal on arrival stands, the
 // events stay queued); ErrNotServing, also when Stop is called while it is
@@ -73,7 +82,7 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 	}
 	m.renewLocked(s, now)
 	if s.parked != nil {
-		m.releaseLocked(s, ErrSuperseded)
+		m.supersedeLocked(s, now)
 	}
 	if len(s.q.events) > 0 {
 		r := m.replyLocked(s, now)
@@ -107,6 +116,10 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 		if w.err != nil {
 			m.mu.Unlock()
 			return Reply{}, w.err
+		}
+		if w.superseded != nil {
+			m.mu.Unlock()
+			return *w.superseded, nil
 		}
 		now = m.clock.Now()
 		answerAt = m.answerAtLocked(s, arrived)
@@ -146,6 +159,23 @@ func (m *Manager) cadenceLocked() time.Duration {
 		return c
 	}
 	return time.Duration(float64(c) * float64(m.grantLocked()) / float64(m.cfg.Lease))
+}
+
+// supersedeLocked answers the session's parked KeepAlive, replaced at now
+// by a newer one whose arrival renewed the lease: the lease is counted
+// from now, and the events stay queued for the newer one.
+// REQUIRES: m.mu held; s.parked != nil; the lease renewed at now.
+func (m *Manager) supersedeLocked(s *sess, now monotime.Time) {
+	w := s.parked
+	s.parked = nil
+	w.superseded = &Reply{
+		LeaseTimeout: s.leaseEnd.Sub(now),
+		Epoch:        m.cfg.Epoch,
+		At:           now,
+		Cadence:      m.cadenceLocked(),
+		Superseded:   true,
+	}
+	w.signal()
 }
 
 // replyLocked renews the session's lease and builds the answer.
