@@ -222,7 +222,7 @@ func (f *ConfigFile) Config(admin bool) (Config, error) {
 	}
 	pool, err := certs.PoolFromPEM(caPEM)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: CA %s: %w", ErrInvalidConfig, f.CA, err)
+		return Config{}, fmt.Errorf("%w: CA %s: %w", ErrInvalidConfig, f.path(f.CA), err)
 	}
 	certFile, keyFile := f.Cert, f.Key
 	cfg := Config{Addrs: append([]string(nil), f.Addrs...), CA: pool}
@@ -240,12 +240,18 @@ func (f *ConfigFile) Config(admin bool) (Config, error) {
 	if certFile != "" {
 		c, err := tls.LoadX509KeyPair(f.path(certFile), f.path(keyFile))
 		if err != nil {
-			return Config{}, fmt.Errorf("client: loading certificate %s: %w", certFile, err)
+			return Config{}, fmt.Errorf("client: loading certificate %s: %w", f.path(certFile), err)
 		}
 		cfg.Certificate = &c
 	}
 	return cfg, nil
 }
+
+// PublicKeyPath is the file holding the cell's sequencer-signing public
+// key, as the settings file names it but relative to the working directory
+// (a relative name in the file is relative to the file's own directory);
+// empty if the file names none.
+func (f *ConfigFile) PublicKeyPath() string { return f.path(f.PublicKey) }
 
 // SigningKey returns the cell's sequencer-signing public key named by the
 // file.
