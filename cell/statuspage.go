@@ -27,8 +27,12 @@ const pageRefresh = 2 * time.Second
 // maxFailovers bounds the master changes the status page remembers.
 const maxFailovers = 10
 
-// rateWindow is the longest window per-tenant rates are measured over.
-const rateWindow = 60 * time.Second
+// Per-tenant rates are measured over at least minRateWindow (or since the
+// replica started, if that is shorter) and at most rateWindow.
+const (
+	minRateWindow = 10 * time.Second
+	rateWindow    = 60 * time.Second
+)
 
 // pageState is what the status page remembers between renders and status
 // changes. Its methods are safe for concurrent use.
@@ -80,20 +84,26 @@ func (p *pageState) noteStatus(st *paxos.Status) {
 }
 
 // rates records cur as a sample taken now and returns, per tenant, the
-// calls, refusals and sheds per second since the oldest sample within
-// rateWindow (or since the replica started, before any), and that window.
+// calls, refusals and sheds per second, and the window they were measured
+// over: since the newest sample at least minRateWindow old (samples are
+// kept for rateWindow), or else since the replica started.
 func (p *pageState) rates(cur map[string]tenantCounts) (map[string]tenantCounts, time.Duration) {
 	now := monotime.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.mu.started == 0 {
+		p.mu.started = now
+	}
 	i := 0
 	for i < len(p.mu.samples) && now.Sub(p.mu.samples[i].at) > rateWindow {
 		i++
 	}
 	p.mu.samples = p.mu.samples[i:]
 	base := tenantSample{at: p.mu.started}
-	if len(p.mu.samples) > 0 {
-		base = p.mu.samples[0]
+	for _, s := range p.mu.samples {
+		if now.Sub(s.at) >= minRateWindow {
+			base = s
+		}
 	}
 	if n := len(p.mu.samples); n == 0 || now.Sub(p.mu.samples[n-1].at) >= time.Second {
 		p.mu.samples = append(p.mu.samples, tenantSample{at: now, counts: cur})
@@ -231,8 +241,9 @@ func (r *Replica) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 }
 
 // statusPage is the page's template. Its script fetches the page again
-// every RefreshMs and swaps in the new body; while the replica does not
-// answer it keeps the last body and says since when.
+// every RefreshMs and swaps in the new body (counting the swaps in the html
+// element's data-refreshes); while the replica does not answer it keeps the
+// last body and says since when.
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"rate": func(v float64) string {
 		if v < 0.05 {
@@ -241,11 +252,11 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 		return formatRate(v)
 	},
 }).Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>lockcell {{.Cell}} — replica {{.Replica}}</title>
+<html data-refreshes="0"><head><meta charset="utf-8"><title>lockcell {{.Cell}} — replica {{.Replica}}</title>
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}td.n{text-align:right}.m{font-weight:bold;color:#060}.w{font-weight:bold;color:#a40}.s{color:#666;font-size:90%}</style>
 <script>
 (function () {
-  var failing = null;
+  var failing = null, refreshes = 0;
   function refresh() {
     fetch(location.pathname, {cache: "no-store"}).then(function (resp) {
       if (!resp.ok) { throw new Error("HTTP " + resp.status); }
@@ -255,6 +266,8 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
       document.body.innerHTML = doc.body.innerHTML;
       document.title = doc.title;
       failing = null;
+      refreshes++;
+      document.documentElement.setAttribute("data-refreshes", refreshes);
     }).catch(function (err) {
       if (failing === null) { failing = new Date(); }
       var b = document.getElementById("unreachable");
@@ -283,7 +296,7 @@ Rebuild: {{.Phase}}, since {{.Since.Format "2006-01-02 15:04:05 MST"}}{{if not .
 {{range .Replicas}}<tr><td>{{.ID}}</td><td>{{.Addr}}</td><td>{{if .Master}}<span class="m">{{.Role}}</span>{{else}}{{.Role}}{{end}}</td>{{if lt .HeardMillis 0}}<td>-</td><td>-</td><td>-</td><td>-</td><td>never</td>{{else}}<td>{{.Epoch}}</td><td class="n">{{.Chosen}}</td><td class="n">{{.Applied}}</td><td class="n">{{.Lag}}</td><td>{{if eq .HeardMillis 0}}this replica{{else}}{{.HeardMillis}} ms ago{{end}}</td>{{end}}</tr>
 {{end}}</table>
 <h2>Sessions and locks</h2>
-<p id="totals">{{.Sessions}} sessions open, {{.Locks}} lock grants held (in the state this replica applied).</p>
+<p id="totals">Sessions open: {{.Sessions}}. Lock grants held: {{.Locks}}. (In the state this replica applied.)</p>
 <h2>Tenants</h2>
 <p class="s">Sessions, locks and nodes from the applied state; call rates (KeepAlives included) as this replica counted them over the last {{.RateWindow}} (a master counts every call; a follower only those sent to it). "-" counts calls without valid credentials.</p>
 <table id="tenants"><tr><th>tenant</th><th>sessions</th><th>locks</th><th>nodes</th><th>calls/s</th><th>refused/s</th><th>shed/s</th></tr>
