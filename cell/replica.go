@@ -74,6 +74,8 @@ type Replica struct {
 	clock *cellClock
 	// progress holds the peers' latest progress reports (progress.go).
 	progress progressTable
+	// page is what the status page remembers (statuspage.go).
+	page pageState
 	// dirLock holds the data directory while the replica runs.
 	dirLock *dirLock
 
@@ -668,6 +670,7 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	r.leaseDeadline.Store(int64(deadline))
 	prev := r.status.Swap(&st)
 	r.metrics.observeStatus(prev, &st)
+	r.page.noteStatus(&st)
 	r.observeRebuild(&st)
 	if prev.Rebuild.Phase != paxos.RebuildNone && st.Rebuild.Phase == paxos.RebuildNone {
 		r.rebuilt(&st)
