@@ -23,10 +23,13 @@ type Reply struct {
 	// Epoch is the master epoch (Config.Epoch) the sequence numbers belong to.
 	Epoch uint64
 	// At is when, on the Manager's clock, the reply was made: LeaseTimeout
-	// runs from it. The cell tells the client how long it held the request
-	// (At minus its arrival), so the client can count the lease from later
-	// than its send time without ever overestimating it.
+	// runs from it.
 	At monotime.Time
+	// Held is how long the Manager held the request: At minus its arrival,
+	// both on the Manager's clock. The cell tells the client, so the client
+	// can count the lease from later than its send time (send + Held +
+	// LeaseTimeout) without ever overestimating it.
+	Held time.Duration
 	// Cadence is Config.KeepAliveCadence: the longest this master parks a
 	// KeepAlive (zero: until shortly before the lease ends).
 	Cadence time.Duration
@@ -84,14 +87,14 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 	if s.parked != nil {
 		m.supersedeLocked(s, now)
 	}
+	arrived := now
 	if len(s.q.events) > 0 {
-		r := m.replyLocked(s, now)
+		r := m.replyLocked(s, arrived, now)
 		m.mu.Unlock()
 		return r, nil
 	}
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1), arrived: arrived}
 	s.parked = w
-	arrived := now
 	answerAt := m.answerAtLocked(s, arrived)
 	m.checkLocked(s)
 	m.keepalives.Add(1)
@@ -125,7 +128,7 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 		answerAt = m.answerAtLocked(s, arrived)
 		if len(s.q.events) > 0 || !now.Before(answerAt) {
 			s.parked = nil
-			r := m.replyLocked(s, now)
+			r := m.replyLocked(s, arrived, now)
 			m.mu.Unlock()
 			return r, nil
 		}
@@ -172,15 +175,17 @@ func (m *Manager) supersedeLocked(s *sess, now monotime.Time) {
 		LeaseTimeout: s.leaseEnd.Sub(now),
 		Epoch:        m.cfg.Epoch,
 		At:           now,
+		Held:         now.Sub(w.arrived),
 		Cadence:      m.cadenceLocked(),
 		Superseded:   true,
 	}
 	w.signal()
 }
 
-// replyLocked renews the session's lease and builds the answer.
+// replyLocked renews the session's lease and builds the answer to a
+// KeepAlive that arrived at arrived.
 // REQUIRES: m.mu held; s live and not parked.
-func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
+func (m *Manager) replyLocked(s *sess, arrived, now monotime.Time) Reply {
 	m.renewLocked(s, now)
 	m.checkLocked(s)
 	return Reply{
@@ -188,6 +193,7 @@ func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
 		Events:       slices.Clone(s.q.events),
 		Epoch:        m.cfg.Epoch,
 		At:           now,
+		Held:         now.Sub(arrived),
 		Cadence:      m.cadenceLocked(),
 	}
 }

@@ -80,6 +80,7 @@ type waiter struct {
 	// superseded is set, under mu, when a newer KeepAlive replaced this
 	// one: its answer.
 	superseded *Reply
+	arrived    monotime.Time // when the KeepAlive arrived
 }
 
 // Manager keeps the sessions of one master term. See the package doc for its

@@ -202,9 +202,9 @@ func TestKeepAliveSuperseded(t *testing.T) {
 		if !ok || r.err != nil || !r.reply.Superseded {
 			t.Fatalf("first KeepAlive: %+v (returned %v), want a Superseded reply", r, ok)
 		}
-		if r.reply.At != arrived || r.reply.LeaseTimeout != lease || len(r.reply.Events) != 0 {
-			t.Fatalf("superseded reply at %v lease %v events %v, want at the second's arrival %v, lease %v, no events",
-				r.reply.At, r.reply.LeaseTimeout, r.reply.Events, arrived, lease)
+		if r.reply.At != arrived || r.reply.Held != time.Second || r.reply.LeaseTimeout != lease || len(r.reply.Events) != 0 {
+			t.Fatalf("superseded reply at %v held %v lease %v events %v, want at the second's arrival %v, held 1s, lease %v, no events",
+				r.reply.At, r.reply.Held, r.reply.LeaseTimeout, r.reply.Events, arrived, lease)
 		}
 		if st := m.Stats(); st.Parked != 1 {
 			t.Fatalf("Parked = %d, want 1", st.Parked)
@@ -215,8 +215,8 @@ func TestKeepAliveSuperseded(t *testing.T) {
 			t.Fatal("second KeepAlive answered early")
 		}
 		sleep(1)
-		if r, ok := returned(second); !ok || r.err != nil || r.reply.Superseded {
-			t.Fatalf("second KeepAlive: %+v (returned %v)", r, ok)
+		if r, ok := returned(second); !ok || r.err != nil || r.reply.Superseded || r.reply.Held != lease-early {
+			t.Fatalf("second KeepAlive: %+v (returned %v), want held %v", r, ok, lease-early)
 		}
 	})
 	t.Run("extension ended", func(t *testing.T) {
