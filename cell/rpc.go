@@ -81,6 +81,7 @@ func init() {
 		api.MethodIssueToken:         with(handleIssueToken),
 		api.MethodRevokeToken:        with(handleRevokeToken),
 		api.MethodListTokens:         with(handleListTokens),
+		api.MethodSaveSnapshot:       with(handleSaveSnapshot),
 	}
 }
 
@@ -107,6 +108,12 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 	if err != nil {
 		tarpit(ctx, err)
 		_ = s.WriteFrame(ctx, api.ReplyError, toAPIError(err))
+		return
+	}
+	if sr, ok := resp.(streamedReply); ok {
+		if err := sr.writeTo(ctx, s); err != nil {
+			r.log.Debug("streamed reply failed", "method", method, "err", err)
+		}
 		return
 	}
 	_ = s.WriteFrame(ctx, api.ReplyOK, resp)
