@@ -132,6 +132,7 @@ func (c *Client) explainNoMaster(ctx context.Context, cancel context.CancelCause
 // searchMaster is findMaster's loop: it asks replicas in turn until one
 // names a master, and connects to it, until ctx ends.
 func (c *Client) searchMaster(ctx context.Context) error {
+	hops := 0 // redirects followed at once, without a pause
 	for {
 		var st api.CellStatusResponse
 		_, err := c.rpcOnce(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: c.cfg.Token}, &st)
@@ -140,6 +141,10 @@ func (c *Client) searchMaster(ctx context.Context) error {
 			return fmt.Errorf("%w: the cell refused the client %s: %w", ErrUnauthenticated, c.credential(), err)
 		}
 		if errors.Is(err, api.ErrInvalidArgument) {
+			return fmt.Errorf("client: dial: %w", err)
+		}
+		if errors.Is(err, ErrTooManyConns) {
+			// A limit of the replica's, not a fault to wait out.
 			return fmt.Errorf("client: dial: %w", err)
 		}
 		if err == nil && st.Master != 0 {
@@ -161,6 +166,14 @@ func (c *Client) searchMaster(ctx context.Context) error {
 				// Ask again after a pause.
 			} else if cc, err = c.conn(ctx); err == nil {
 				if cc.ReplicaID() == st.Master {
+					if hops < 3 {
+						// Ask the master itself at once: that it serves,
+						// and that it keeps the connection (a replica
+						// closes one over its limit per address just
+						// after the handshake).
+						hops++
+						continue
+					}
 					return nil
 				}
 				// The named master did not answer; another replica did.
@@ -335,6 +348,7 @@ func (c *Client) dial(ctx context.Context, addrs []string, start int, delay time
 func (c *Client) dialConfig(ctx context.Context, dc transport.DialConfig) (*transport.ClientConn, error) {
 	dc.CA, dc.Certificate, dc.Logger = c.cfg.CA, c.cfg.Certificate, c.log
 	dc.HandshakeTimeout, dc.IdleTimeout = c.cfg.HandshakeTimeout, c.cfg.IdleTimeout
+	dc.LocalAddr = c.cfg.LocalAddr
 	if c.cfg.PacketConn != nil {
 		pc, err := c.cfg.PacketConn()
 		if err != nil {
