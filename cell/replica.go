@@ -209,15 +209,17 @@ func (r *Replica) open(ctx context.Context) error {
 		}
 	}
 	r.ep, err = transport.Listen(ctx, transport.Config{
-		ID:            r.cfg.ID,
-		Addr:          r.cfg.Replicas[r.cfg.ID],
-		PacketConn:    r.cfg.PacketConn,
-		Peers:         peers,
-		CA:            r.cfg.CA,
-		Certificate:   r.cfg.Certificate,
-		ClientHandler: r.serveStream,
-		Faults:        r.cfg.Faults,
-		Logger:        r.log,
+		ID:                  r.cfg.ID,
+		Addr:                r.cfg.Replicas[r.cfg.ID],
+		PacketConn:          r.cfg.PacketConn,
+		Peers:               peers,
+		CA:                  r.cfg.CA,
+		Certificate:         r.cfg.Certificate,
+		ClientHandler:       r.serveStream,
+		MaxConnsPerIP:       r.cfg.MaxConnsPerIP,
+		MaxStreamsPerClient: r.cfg.MaxStreamsPerConn,
+		Faults:              r.cfg.Faults,
+		Logger:              r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("cell: transport: %w", err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,6 +94,11 @@ type Config struct {
 	Cache bool
 	// Logger receives the client's logs. If nil, slog.Default().
 	Logger *slog.Logger
+	// LocalAddr, if set, is the local IP (or "ip:port") every connection's
+	// UDP socket binds, so that one machine can stand in for many client
+	// hosts (127.0.0.2, 127.0.0.3, … in tests and benchmarks). Ignored when
+	// PacketConn is set. If empty, the system chooses.
+	LocalAddr string
 	// PacketConn, if set, is called for every connection the client makes
 	// and returns the socket to carry it, instead of a new UDP socket: tests
 	// with an in-process network (transport/memnet, cell/celltest) set it.
@@ -130,6 +136,13 @@ func (c Config) populate() (Config, error) {
 	for _, a := range c.Addrs {
 		if a == "" {
 			return bad("empty replica address")
+		}
+	}
+	if c.LocalAddr != "" {
+		if _, err := netip.ParseAddr(c.LocalAddr); err != nil {
+			if _, err := netip.ParseAddrPort(c.LocalAddr); err != nil {
+				return bad("LocalAddr %q is neither an IP nor ip:port", c.LocalAddr)
+			}
 		}
 	}
 	if c.GracePeriod == 0 {

@@ -84,6 +84,7 @@ func TestConfigErrors(t *testing.T) {
 		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), GracePeriod: -1},
 		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), Drift: 0.7},
 		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), ReconnectMin: time.Second, ReconnectMax: time.Millisecond},
+		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), LocalAddr: "host.example"},
 	} {
 		if _, err := client.Dial(ctx, c); !errors.Is(err, client.ErrInvalidConfig) {
 			t.Fatalf("Dial(%+v): %v; want ErrInvalidConfig", c, err)
