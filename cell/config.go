@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sort"
 	"time"
 
@@ -69,8 +70,17 @@ type Config struct {
 	// after a fail-over. Required.
 	SigningKey ed25519.PrivateKey
 	// HTTPAddr, if not empty, is where /metrics, /healthz, /readyz, /status
-	// and the status page are served (and /debug/faults when Faults is set). Loopback in tests.
+	// and the status page are served (and /debug/faults when Faults is set,
+	// /debug/pprof/ to PprofAllow when Pprof is set). Loopback in tests.
 	HTTPAddr string
+	// Pprof serves the Go runtime's profiles (net/http/pprof) at
+	// /debug/pprof/ on the HTTP listener, to requests from PprofAllow only;
+	// every other request there gets 403 Forbidden.
+	Pprof bool
+	// PprofAllow lists the addresses (the TCP peer's, as prefixes) that may
+	// fetch /debug/pprof/ when Pprof is set. If empty, loopback only (an
+	// operator on the replica's own machine).
+	PprofAllow []netip.Prefix
 	// Tick is the Paxos tick. If zero, DefaultTick (10 ms).
 	Tick time.Duration
 	// ClockScale, if not zero, scales this replica's tick (a test-only clock
