@@ -281,13 +281,13 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 		ack = 0 // sequence numbers restart with each master
 	}
 	c.r.metrics.keepalives.Inc()
-	arrived := monotime.Now() // no earlier than the request's arrival
 	reply, err := m.sessions.KeepAlive(ctx, session.ID(req.Session), ack)
 	if err != nil {
 		return nil, c.r.sessionError(err)
 	}
-	held := max(reply.At.Sub(arrived), 0)
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(held), Epoch: reply.Epoch, Events: reply.Events,
+	// Held and LeaseTimeout are both measured on the session manager's
+	// clock, from the request's arrival at the manager.
+	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(reply.Held), Epoch: reply.Epoch, Events: reply.Events,
 		Cadence: int64(reply.Cadence)}, nil
 }
 

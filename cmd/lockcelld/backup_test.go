@@ -21,20 +21,6 @@ import (
 	"github.com/lockcell/lockcell/namespace"
 )
 
-// lockctlBinary builds cmd/lockctl once per test run, beside lockcelld.
-func lockctlBinary(t *testing.T) string {
-	t.Helper()
-	lockcelldBinary(t) // makes buildDir
-	bin := filepath.Join(buildDir, "lockctl")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if out, err := exec.Command("go", "build", "-o", bin, "../lockctl").CombinedOutput(); err != nil {
-		t.Fatalf("build lockctl: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // initProcCell writes a cell of n replicas named name with `lockcelld
 // init`, and starts nothing.
 func initProcCell(t *testing.T, name string, n int) *procCell {
