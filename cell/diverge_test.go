@@ -11,6 +11,7 @@ import (
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/namespace"
+	"github.com/lockcell/lockcell/paxos"
 )
 
 // metricValue sums the samples of metric name, with or without labels, in
@@ -97,9 +98,12 @@ func TestReplicasCompareStateChecksums(t *testing.T) {
 	}
 	c.Close()
 
-	// Plant: replica 3, stopped, applies a command of its own as its next
-	// slot; the cell will choose another command for that slot, which
-	// replica 3 then never applies.
+	// Plant: a stopped replica's log gets a chosen value of its own for
+	// the slot after its last: as if it had learned a different value than
+	// the cell chooses there (what a broken acceptor or learner would do).
+	// It applies it at its next start; the cell chooses another value for
+	// that slot, which the replica, holding the slot chosen already, never
+	// applies.
 	victim := uint64(3)
 	if m := lc.Master(); m != nil && m.ID() == victim {
 		victim = 2
@@ -113,7 +117,15 @@ func TestReplicasCompareStateChecksums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := namespace.Open(db, namespace.Config{AdminPrincipal: cell.DefaultAdminPrincipal, Sync: true})
+	ns, err := namespace.Open(db, namespace.Config{AdminPrincipal: cell.DefaultAdminPrincipal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logdb, err := paxos.NewPebbleStorage(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := logdb.InitialState()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,9 +135,10 @@ func TestReplicasCompareStateChecksums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := ns.ApplySlot(ns.AppliedSlot()+1, [][]byte{cmd})
-	if err != nil || res[0].Err != nil {
-		t.Fatalf("planting: %v %v", err, res)
+	slot := max(paxos.Slot(ns.AppliedSlot()), hs.Chosen) + 1
+	hs.Chosen = slot
+	if err := logdb.Save(hs, []paxos.Entry{{Slot: slot, Ballot: hs.Promised, Value: paxos.Value{Cmds: []paxos.Command{{ID: paxos.ProposalID{Ballot: hs.Promised, Seq: 1 << 40}, Data: cmd}}}}}, true); err != nil {
+		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
