@@ -149,12 +149,16 @@ func (c *procCell) rollWaitCaughtUp(ctx context.Context, id int) {
 }
 
 // rollWaitProgress waits until every locker completed two more holds and
-// the writer five more creates.
+// the writer five more creates; it fails at once on a loss.
 func (c *procCell) rollWaitProgress(ctx context.Context, l *rollLoad, what string) {
 	c.t.Helper()
 	before := l.progress()
+	var lost []string
 	if !pollUntil(ctx, func() bool {
 		now := l.progress()
+		if lost = now.lost; len(lost) > 0 {
+			return true // no point waiting: the test fails
+		}
 		for i := range now.holds {
 			if now.holds[i] < before.holds[i]+2 {
 				return false
@@ -163,6 +167,9 @@ func (c *procCell) rollWaitProgress(ctx context.Context, l *rollLoad, what strin
 		return now.creates >= before.creates+5
 	}) {
 		c.t.Fatalf("waited for %s: %s", what, l.summary())
+	}
+	if len(lost) > 0 {
+		c.t.Fatalf("while waiting for %s: %d losses, the first: %q", what, len(lost), lost[:min(5, len(lost))])
 	}
 }
 
@@ -203,6 +210,7 @@ type rollWrite struct {
 type rollProgress struct {
 	holds   []int
 	creates int
+	lost    []string
 }
 
 const (
@@ -412,7 +420,7 @@ func (l *rollLoad) stop() {
 func (l *rollLoad) progress() rollProgress {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return rollProgress{holds: slices.Clone(l.mu.holds), creates: len(l.mu.creates)}
+	return rollProgress{holds: slices.Clone(l.mu.holds), creates: len(l.mu.creates), lost: slices.Clone(l.mu.lost)}
 }
 
 func (l *rollLoad) summary() string {
