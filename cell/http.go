@@ -12,8 +12,9 @@ import (
 	"github.com/lockcell/lockcell/api"
 )
 
-// startHTTP serves /metrics, /healthz, /readyz, /status (JSON), the status page at /
-// and, when fault injection is configured, /debug/faults.
+// startHTTP serves /metrics, /healthz, /readyz, /status (JSON), the status page at /,
+// when fault injection is configured /debug/faults, and when Pprof is set
+// /debug/pprof/ (to the operator's addresses only).
 func (r *Replica) startHTTP() error {
 	ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
 	if err != nil {
@@ -36,6 +37,9 @@ func (r *Replica) startHTTP() error {
 		h := http.StripPrefix("/debug/faults", r.cfg.Faults.Handler())
 		mux.Handle("/debug/faults", h)
 		mux.Handle("/debug/faults/", h)
+	}
+	if r.cfg.Pprof {
+		mux.Handle("/debug/pprof/", pprofHandler(r.cfg.PprofAllow))
 	}
 	r.httpLn = ln
 	r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
