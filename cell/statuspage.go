@@ -39,7 +39,10 @@ const (
 type pageState struct {
 	mu struct {
 		sync.Mutex
+		// started is when the first status or render came (valid once
+		// begun is set).
 		started    monotime.Time
+		begun      bool
 		lastLeader paxos.ID
 		lastEpoch  paxos.Ballot
 		failovers  []failover     // oldest first, at most maxFailovers
@@ -69,9 +72,7 @@ type tenantCounts struct{ calls, refused, shed float64 }
 func (p *pageState) noteStatus(st *paxos.Status) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.mu.started == 0 {
-		p.mu.started = monotime.Now()
-	}
+	p.beginLocked(monotime.Now())
 	if st.Leader == 0 || st.Leader == p.mu.lastLeader && st.Epoch == p.mu.lastEpoch {
 		return
 	}
@@ -83,19 +84,27 @@ func (p *pageState) noteStatus(st *paxos.Status) {
 	p.mu.lastLeader, p.mu.lastEpoch = st.Leader, st.Epoch
 }
 
+// beginLocked notes now as the start, the first time.
+// REQUIRES: p.mu held.
+func (p *pageState) beginLocked(now monotime.Time) {
+	if !p.mu.begun {
+		p.mu.started, p.mu.begun = now, true
+	}
+}
+
 // rates records cur as a sample taken now and returns, per tenant, the
 // calls, refusals and sheds per second, and the window they were measured
-// over: since the newest sample at least minRateWindow old (samples are
-// kept for rateWindow), or else since the replica started.
+// over: since the newest sample at least minRateWindow old, or else since
+// the replica started. Samples are kept for rateWindow, and the newest
+// older one besides (when nobody looked at the page for a while).
 func (p *pageState) rates(cur map[string]tenantCounts) (map[string]tenantCounts, time.Duration) {
 	now := monotime.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.mu.started == 0 {
-		p.mu.started = now
-	}
+	p.beginLocked(now)
+	// Drop the samples older than rateWindow but the newest of them.
 	i := 0
-	for i < len(p.mu.samples) && now.Sub(p.mu.samples[i].at) > rateWindow {
+	for i+1 < len(p.mu.samples) && now.Sub(p.mu.samples[i+1].at) > rateWindow {
 		i++
 	}
 	p.mu.samples = p.mu.samples[i:]

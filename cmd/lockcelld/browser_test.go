@@ -22,7 +22,8 @@ import (
 // the rendered text: the master (by id, address and epoch, as /status and
 // lockctl status write them), a row for each of the five replicas with
 // its role, the sessions and locks a client holds, the tenant's row, the
-// master change the replica saw, and that the page reloaded itself. It
+// hand-over (lockctl cell stepdown) the replica saw, and that the page
+// reloaded itself. It
 // saves a screenshot in the test's temporary directory and logs its path
 // (and copies it into $LOCKCELL_SCREENSHOT_DIR, if set, to be looked at).
 //
@@ -51,8 +52,23 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	defer func() { _ = lk.Release(context.WithoutCancel(ctx)) }()
 
-	m := c.waitMaster()
-	view := c.followers(m)[0]
+	// A hand-over, so the page has a fail-over from one master to another.
+	first := c.waitMaster()
+	out, err := exec.CommandContext(ctx, lockctlBinary(t), "--config", filepath.Join(c.dir, "admin.json"), "cell", "stepdown").CombinedOutput()
+	if err != nil {
+		t.Fatalf("lockctl cell stepdown: %v\n%s", err, out)
+	}
+	var m int
+	if !pollUntil(ctx, func() bool { m = c.master(); return m != 0 && m != first }) {
+		t.Fatalf("replica %d stepped down and no other became master", first)
+	}
+	var view int
+	for _, id := range c.followers(m) {
+		if id != first {
+			view = id
+			break
+		}
+	}
 	var st procStatus
 	if !pollUntil(ctx, func() bool {
 		var ok bool
@@ -107,7 +123,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("the rendered page has no row for tenant t with its sessions and locks")
 	}
 	judged++
-	want("the master change this replica saw", fmt.Sprintf("replica %d %s", m, st.Epoch))
+	want("the hand-over this replica saw", fmt.Sprintf("replica %d %s replica %d", m, st.Epoch, first))
 	// The script swaps in a fresh body every two seconds; it counts the
 	// swaps on the html element.
 	if n := regexp.MustCompile(`data-refreshes="([0-9]+)"`).FindStringSubmatch(dom); n == nil || n[1] == "0" {
