@@ -169,6 +169,22 @@ type Config struct {
 	// TenantQueue per unit of weight, and beyond that are shed with
 	// ResourceExhausted. If zero, DefaultTenantReadConcurrency.
 	TenantReadConcurrency int
+	// MaxConnsPerIP bounds the client connections one source address may
+	// hold at this replica (replicas are exempt). A host that runs many
+	// client processes behind one address (NAT, a Kubernetes node) needs
+	// one per process, plus a few while a client looks for the master. A
+	// connection over the limit is closed after its handshake and its
+	// client gets an error naming the limit (transport.ErrTooManyConns,
+	// client.ErrTooManyConns). If zero, transport.DefaultMaxConnsPerIP
+	// (1024); negative means unlimited (not for a cell that untrusted
+	// hosts reach).
+	MaxConnsPerIP int
+	// MaxStreamsPerConn bounds the concurrent calls (QUIC streams) of one
+	// client connection; further calls wait for a free stream, and fail
+	// with an error naming the limit (transport.ErrStreamLimit) if their
+	// context ends first. A session's KeepAlive long-poll parks one. If
+	// zero, transport.DefaultMaxStreamsPerClient (256).
+	MaxStreamsPerConn int
 	// Logger receives the replica's logs. If nil, slog.Default().
 	Logger *slog.Logger
 
@@ -255,6 +271,8 @@ func (c Config) validate() error {
 		return bad("UnsafeNoFsync is a test-only setting: it requires FaultInjection")
 	case c.SessionLease < time.Second:
 		return bad("SessionLease %v is below 1s", c.SessionLease)
+	case c.MaxStreamsPerConn < 0:
+		return bad("MaxStreamsPerConn %d is negative", c.MaxStreamsPerConn)
 	case c.ProposalWindow < 0 || c.TenantQueue < 0 || c.TenantReadConcurrency < 0:
 		return bad("ProposalWindow, TenantQueue and TenantReadConcurrency must not be negative")
 	case c.MaxSessionLease < c.SessionLease:

@@ -477,6 +477,19 @@ func (c *Cell) PacketConn() (net.PacketConn, error) {
 	return c.net.Listen(fmt.Sprintf("10.1.%d.%d:%d", port/250%250, port%250+1, 20000+port/62500))
 }
 
+// PacketConnFrom returns a function that makes fresh client sockets all on
+// one IP (ip, e.g. "10.2.0.1"), each on a new port: for many client
+// processes behind one address (client.Config.PacketConn).
+func (c *Cell) PacketConnFrom(ip string) func() (net.PacketConn, error) {
+	return func() (net.PacketConn, error) {
+		c.mu.Lock()
+		c.mu.nextPort++
+		port := c.mu.nextPort
+		c.mu.Unlock()
+		return c.net.Listen(fmt.Sprintf("%s:%d", ip, 1024+port%60000))
+	}
+}
+
 // Dial connects a client with cfg (from ClientConfig, adjusted) and
 // closes it when the Cell closes. It fails the test on error.
 func (c *Cell) Dial(ctx context.Context, cfg client.Config) *client.Client {

@@ -58,6 +58,13 @@ type fileConfig struct {
 	// (cell.Config.KeepAliveCadence); empty means a twelfth of
 	// session_lease, a negative duration none (Chubby's rule).
 	KeepAliveCadence string `json:"keepalive_cadence,omitempty"`
+	// MaxConnsPerIP bounds the client connections from one source address
+	// (cell.Config.MaxConnsPerIP); 0 means the default (1024), negative
+	// unlimited.
+	MaxConnsPerIP int `json:"max_conns_per_ip,omitempty"`
+	// MaxStreamsPerConn bounds the concurrent calls of one client
+	// connection (cell.Config.MaxStreamsPerConn); 0 means the default (256).
+	MaxStreamsPerConn int `json:"max_streams_per_conn,omitempty"`
 	// FaultInjection serves /debug/faults on the HTTP listener (test cells
 	// only: it lets anyone who reaches that listener partition the cell).
 	FaultInjection bool `json:"fault_injection,omitempty"`
@@ -150,6 +157,7 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 		ID: fc.ID, Cell: fc.Cell, DataDir: rel(fc.DataDir), HTTPAddr: fc.HTTPAddr,
 		LeaseTicks: fc.LeaseTicks, HeartbeatTicks: fc.HeartbeatTicks, ElectionTicks: fc.ElectionTicks,
 		DriftPPM: fc.DriftPPM, SnapshotEvery: fc.SnapshotEvery, ClockScale: fc.ClockScale, Logger: log,
+		MaxConnsPerIP: fc.MaxConnsPerIP, MaxStreamsPerConn: fc.MaxStreamsPerConn,
 		Replicas: map[uint64]string{},
 	}
 	for k, v := range fc.Replicas {
