@@ -65,7 +65,7 @@ func (s *Store) Restart(gap uint64) (RestartSummary, error) {
 	if err != nil {
 		return RestartSummary{}, err
 	}
-	t := s.newTxn(sum)
+	t := s.newTxn(sum, len(sessions))
 	ctr, err := t.counters()
 	if err != nil {
 		return RestartSummary{}, err

@@ -161,7 +161,7 @@ func (s *Store) ApplySlot(slot uint64, cmds [][]byte) ([]Result, error) {
 	case slot != applied+1:
 		return nil, fmt.Errorf("%w: slot %d after applied %d", ErrSlotGap, slot, applied)
 	}
-	t := s.newTxn(sum)
+	t := s.newTxn(sum, len(cmds))
 	results, sum, err := s.applyBatch(t, cmds)
 	b := s.db.NewBatch()
 	defer b.Close()
