@@ -120,7 +120,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("the rendered page lacks replica %d's row (%s, %s, epoch %s, slots, lag, heard)", rs.ID, rs.Addr, role, st.Epoch)
 		}
 	}
-	want("this replica's role", fmt.Sprintf("Replica %d (%s) serves this page.", view, api.RoleFollower))
+	want("this replica's role", fmt.Sprintf("Replica %d (%s). Master: replica %d, epoch %s.", view, api.RoleFollower, m, st.Epoch))
 	if !regexp.MustCompile(`Sessions open: [1-9][0-9]*\. Lock grants held: [1-9][0-9]*\.`).MatchString(text) {
 		t.Errorf("the rendered page shows no open session and held lock")
 	}
