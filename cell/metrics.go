@@ -48,6 +48,7 @@ type metrics struct {
 
 func newMetrics(r *Replica) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
+	registerSumMetrics(m.reg, &r.sums)
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lockcell", Name: name, Help: help})

@@ -79,6 +79,9 @@ type Replica struct {
 	clock *cellClock
 	// progress holds the peers' latest progress reports (progress.go).
 	progress progressTable
+	// sums remembers recent state checksums to compare with the peers'
+	// (compare.go).
+	sums sumCompare
 	// page is what the status page remembers (statuspage.go).
 	page pageState
 	// dirLock holds the data directory while the replica runs.
@@ -201,6 +204,7 @@ func (r *Replica) open(ctx context.Context) error {
 	st := r.node.Status()
 	r.status.Store(&st)
 	r.metrics = newMetrics(r)
+	r.sums.record(r.ns.AppliedSlot(), r.ns.Checksum())
 	r.reportLoss(&st)
 	peers := map[uint64]string{}
 	for id, addr := range r.cfg.Replicas {
@@ -617,6 +621,7 @@ func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 		return fmt.Errorf("installing snapshot at slot %d: %w", snap.Slot, err)
 	}
 	r.lastSnap = uint64(snap.Slot)
+	r.sums.record(uint64(snap.Slot), r.ns.Checksum())
 	r.metrics.snapshotsInstalled.Inc()
 	r.log.Info("installed snapshot", "slot", snap.Slot)
 	return nil
@@ -634,6 +639,7 @@ func (r *Replica) apply(e paxos.Entry) error {
 	if err != nil {
 		return fmt.Errorf("applying slot %d: %w", e.Slot, err)
 	}
+	r.sums.record(uint64(e.Slot), r.ns.Checksum())
 	r.metrics.batchSize.Observe(float64(len(cmds)))
 	m := r.master.Load()
 	for i, c := range e.Value.Cmds {

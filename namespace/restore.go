@@ -65,13 +65,13 @@ func (s *Store) Restart(gap uint64) (RestartSummary, error) {
 	if err != nil {
 		return RestartSummary{}, err
 	}
-	t := s.newTxn(sum)
+	t := s.newTxn(sum, len(sessions))
 	ctr, err := t.counters()
 	if err != nil {
 		return RestartSummary{}, err
 	}
 	t.ctr = ctr
-	sum0 := RestartSummary{Slot: applied + 1, Sessions: len(sessions)}
+	sum0 := RestartSummary{Slot: applied + 1}
 	for _, si := range sessions {
 		var res Result
 		a := &applier{txn: t, now: t.ctr.Clock, c: Caller{Principal: s.cfg.AdminPrincipal}, res: &res}
@@ -83,6 +83,7 @@ func (s *Store) Restart(gap uint64) (RestartSummary, error) {
 			return RestartSummary{}, fmt.Errorf("%w: restart: ending session %d: %v", ErrCorrupt, si.ID, aerr)
 		}
 		ended := reply.(*SessionEnded)
+		sum0.Sessions++
 		sum0.LocksReleased += len(ended.Released)
 		for _, c := range res.Changes {
 			if c.Kind == ChangeDeleted {

@@ -354,6 +354,15 @@ func (c *Cell) Partition(groups ...[]uint64) {
 	}
 }
 
+// Mute drops every peer message replica id sends, on top of the
+// partitions in force (a one-way partition: it still hears its peers).
+// Heal or the next Partition ends it.
+func (c *Cell) Mute(id uint64) {
+	if err := c.faults.AddRule(transport.Rule{From: id, Drop: 1}); err != nil {
+		c.t.Fatalf("celltest: mute: %v", err)
+	}
+}
+
 // CutClients makes replica id unreachable for clients (cut true) or
 // reachable again (false).
 func (c *Cell) CutClients(id uint64, cut bool) {
