@@ -101,9 +101,21 @@ func (c *Client) findMaster(ctx context.Context) error {
 // refused certificate or credential ends it at once; no master and no
 // answer only once DialPatience has passed since the search began, on
 // answers gathered after that (a cell may be electing its first master).
+//
+// It first gives the search an eighth of the patience on its own: a client
+// that finds its master at once (nearly always) opens no probe connections,
+// which would otherwise double its connections to the master while it
+// dials and count against the replica's limit per address.
 func (c *Client) explainNoMaster(ctx context.Context, cancel context.CancelCauseFunc) {
 	patience := c.cfg.DialPatience
 	begin := time.Now()
+	head := time.NewTimer(patience / 8)
+	select {
+	case <-head.C:
+	case <-ctx.Done():
+		head.Stop()
+		return
+	}
 	for ctx.Err() == nil {
 		pctx, pcancel := context.WithTimeout(ctx, patience)
 		answers := c.probe(pctx)
