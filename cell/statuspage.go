@@ -8,8 +8,9 @@ package cell
 // master changes this replica saw, and per-tenant call rates measured from
 // its metrics. The page reloads its own body every few seconds.
 //
-// NB: tools/nemesis reads the line "Replica N (role). Master: replica M,
-// epoch E." (cluster.go, statusLine); keep it as it is.
+// NB: the line "Replica N (role). Master: replica M, epoch E." keeps the
+// form it had before the page grew (scripts that polled the page read it);
+// programs should read /status instead.
 
 import (
 	"html/template"
