@@ -189,3 +189,27 @@ func TestHundredsOfConnectionsOneAddress(t *testing.T) {
 		t.Logf("judged %d sessions on %d connections from one address: all safe", safe, n)
 	})
 }
+
+// TestSessionsBeyondStreamLimit: 64 sessions on one connection to a master
+// that allows 8 concurrent streams on it stay safe for two leases: their
+// KeepAlives share one stream instead of queueing for one each.
+func TestSessionsBeyondStreamLimit(t *testing.T) {
+	const n = 64
+	synctest.Test(t, func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Tune: func(cfg *cell.Config) { cfg.MaxStreamsPerConn = 8 }})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cl := c.Dial(ctx, c.ClientConfig("", "alice"))
+		sessions := openSessions(t, ctx, cl, n, 4)
+		time.Sleep(2 * cell.DefaultSessionLease)
+		safe := 0
+		for _, s := range sessions {
+			if s.State() == client.StateSafe {
+				safe++
+			}
+		}
+		if safe != n {
+			t.Fatalf("%d of %d sessions safe on a connection allowing 8 streams", safe, n)
+		}
+	})
+}
