@@ -9,6 +9,14 @@ import (
 	"github.com/lockcell/lockcell/transport"
 )
 
+// MaxStreamKeepAlives bounds the KeepAlives in flight (parked, or being
+// answered) on one KeepAlive stream, so that one connection cannot make a
+// replica hold goroutines without bound: a session has at most one parked
+// KeepAlive, so a connection can carry this many sessions. A KeepAlive
+// beyond it is answered at once with ResourceExhausted (the client retries
+// after a pause).
+const MaxStreamKeepAlives = 1 << 16
+
 // serveKeepAliveStream serves a connection's KeepAlive stream (see
 // api.KeepAliveStreamRequest): first, the frame already read, then every
 // frame the client writes, each one KeepAlive served exactly as a KeepAlive
@@ -25,6 +33,7 @@ func (r *Replica) serveKeepAliveStream(ctx context.Context, s *transport.ServerS
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	inflight := make(chan struct{}, MaxStreamKeepAlives)
 	var wmu sync.Mutex
 	write := func(tag uint16, v any) {
 		wmu.Lock()
@@ -47,20 +56,13 @@ func (r *Replica) serveKeepAliveStream(ctx context.Context, s *transport.ServerS
 			}
 			return
 		}
-		wg.Go(func() {
-			c := &rpcCall{r: r, method: api.MethodKeepAlive, id: s.Identity()}
-			start := time.Now()
-			resp, err := r.keepAliveCall(ctx, c, &req.KeepAlive)
-			r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAlive, err, time.Since(start))
-			reply := &api.KeepAliveStreamReply{Call: req.Call}
-			if err != nil {
-				tarpit(ctx, err)
-				reply.Err = toAPIError(err)
-			} else {
-				reply.KeepAlive = resp
-			}
-			write(api.ReplyOK, reply)
-		})
+		select {
+		case inflight <- struct{}{}:
+			r.serveStreamKeepAlive(ctx, s, req, inflight, &wg, write)
+		default:
+			write(api.ReplyOK, &api.KeepAliveStreamReply{Call: req.Call, Err: &api.Error{Code: api.ResourceExhausted,
+				Msg: "too many KeepAlives in flight on one connection", RetryAfter: int64(time.Second)}})
+		}
 		var err error
 		if f, err = s.ReadFrame(ctx); err != nil {
 			// The client finished writing (its connection is closing) or
@@ -68,6 +70,28 @@ func (r *Replica) serveKeepAliveStream(ctx context.Context, s *transport.ServerS
 			return
 		}
 	}
+}
+
+// serveStreamKeepAlive serves one KeepAlive of a KeepAlive stream on its
+// own goroutine (counted in wg; it frees its inflight slot when done) and
+// writes the reply with write.
+func (r *Replica) serveStreamKeepAlive(ctx context.Context, s *transport.ServerStream, req api.KeepAliveStreamRequest,
+	inflight chan struct{}, wg *sync.WaitGroup, write func(uint16, any)) {
+	wg.Go(func() {
+		defer func() { <-inflight }()
+		c := &rpcCall{r: r, method: api.MethodKeepAlive, id: s.Identity()}
+		start := time.Now()
+		resp, err := r.keepAliveCall(ctx, c, &req.KeepAlive)
+		r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAlive, err, time.Since(start))
+		reply := &api.KeepAliveStreamReply{Call: req.Call}
+		if err != nil {
+			tarpit(ctx, err)
+			reply.Err = toAPIError(err)
+		} else {
+			reply.KeepAlive = resp
+		}
+		write(api.ReplyOK, reply)
+	})
 }
 
 // keepAliveCall serves one KeepAlive of a KeepAlive stream as the handler
