@@ -57,6 +57,12 @@ type Client struct {
 		heard   bool
 		heardAt monotime.Time
 	}
+	// kas holds the KeepAlive stream of the current connection (cur,
+	// guarded by lock: a channel, so that waiting for it heeds a context).
+	kas struct {
+		lock chan struct{}
+		cur  *kaStream
+	}
 }
 
 // Dial connects to the cell's master. It returns once it has reached a
@@ -70,6 +76,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.sessions = map[*Session]struct{}{}
+	c.kas.lock = make(chan struct{}, 1)
 	if err := c.findMaster(ctx); err != nil {
 		c.Close()
 		return nil, err
