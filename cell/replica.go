@@ -226,7 +226,8 @@ func (r *Replica) open(ctx context.Context) error {
 		Logger:              r.log,
 	})
 	if err != nil {
-		return fmt.Errorf("cell: transport: %w", err)
+		// The transport's errors name their layer and cause themselves.
+		return fmt.Errorf("cell: replica %d: %w", r.cfg.ID, err)
 	}
 	if r.cfg.HTTPAddr != "" {
 		if err := r.startHTTP(); err != nil {

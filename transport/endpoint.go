@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -43,7 +44,43 @@ var (
 	// open as the replica allows (Config.MaxStreamsPerClient). ctx's error
 	// is wrapped too.
 	ErrStreamLimit = errors.New("transport: the replica's limit of concurrent streams per connection (max_streams_per_conn) is reached")
+	// ErrListen reports a Listen that could not bind or open its address;
+	// the error is a *ListenError, which names the address and the cause.
+	ErrListen = errors.New("transport: cannot listen")
 )
+
+// ListenError reports a Listen that could not bind or open Config.Addr.
+// It matches ErrListen with errors.Is, and unwraps to the system's error,
+// so errors.Is(err, syscall.EADDRINUSE) holds for a port in use.
+type ListenError struct {
+	// Addr is the address Listen was asked to bind.
+	Addr string
+	// Err is the cause, as the network stack or quic-go returned it.
+	Err error
+}
+
+// Error says once what failed and why: "transport: listen on ADDR (QUIC):
+// CAUSE", where CAUSE is the system's own words (e.g. "address already in
+// use") without the layers of net's wrapping, which repeat the address.
+func (e *ListenError) Error() string {
+	cause := e.Err
+	var sc *os.SyscallError
+	if errors.As(cause, &sc) {
+		cause = sc.Err
+	} else {
+		var op *net.OpError
+		if errors.As(cause, &op) && op.Err != nil {
+			cause = op.Err
+		}
+	}
+	return fmt.Sprintf("transport: listen on %s (QUIC): %v", e.Addr, cause)
+}
+
+// Unwrap returns the cause.
+func (e *ListenError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrListen.
+func (e *ListenError) Is(target error) bool { return target == ErrListen }
 
 // StreamErrorCode and ApplicationErrorCode are quic-go's stream and
 // connection error codes, aliased so callers need not import quic-go.
@@ -168,7 +205,7 @@ func Listen(ctx context.Context, cfg Config) (*Endpoint, error) {
 	if pc == nil {
 		var lc net.ListenConfig
 		if pc, err = lc.ListenPacket(ctx, "udp", cfg.Addr); err != nil {
-			return nil, fmt.Errorf("transport: listen %s: %w", cfg.Addr, err)
+			return nil, &ListenError{Addr: cfg.Addr, Err: err}
 		}
 	}
 	e := &Endpoint{
@@ -213,7 +250,7 @@ func Listen(ctx context.Context, cfg Config) (*Endpoint, error) {
 		e.cancel()
 		e.tr.Close()
 		pc.Close()
-		return nil, fmt.Errorf("transport: listen: %w", err)
+		return nil, &ListenError{Addr: pc.LocalAddr().String(), Err: err}
 	}
 	e.wg.Go(e.acceptLoop)
 	for _, p := range e.peers {

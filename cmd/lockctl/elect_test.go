@@ -5,6 +5,7 @@ import (
 	"context"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,6 +84,77 @@ func TestElectObserveVacancy(t *testing.T) {
 		t.Fatalf("elect two printed %q", l)
 	}
 	if l := next(obs, ""); !strings.HasPrefix(l, "leader: two") {
+		t.Fatalf("observer printed %q; want leader: two", l)
+	}
+}
+
+// TestElectObserveResignEvent: an observer whose vacancy poll is an hour
+// still prints "no leader" when the leader resigns, because the resignation
+// clears the election's node and that event wakes it; then it prints the
+// next leader.
+func TestElectObserveResignEvent(t *testing.T) {
+	bin := buildLockctl(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	lc, env := startTestCell(t, ctx)
+	s := tenantSession(t, ctx, lc, "setup")
+	if _, err := s.Open(ctx, "/t/r", client.OpenOptions{Create: true, LockDelay: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(args ...string) (*exec.Cmd, <-chan string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = env
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		lines := make(chan string, 16)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		return cmd, lines
+	}
+	next := func(lines <-chan string, what string) string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the command ended before printing %s", what)
+			}
+			return l
+		case <-ctx.Done():
+			t.Fatalf("nothing printed (want %s) before the test's deadline", what)
+		}
+		return ""
+	}
+	one, oneOut := start("elect", "/t/r", "one")
+	if l := next(oneOut, "elected"); !strings.HasPrefix(l, "elected: one") {
+		t.Fatalf("elect one printed %q", l)
+	}
+	_, obs := start("elect", "--observe", "--poll", "1h", "/t/r")
+	if l := next(obs, "leader: one"); !strings.HasPrefix(l, "leader: one") {
+		t.Fatalf("observer printed %q; want leader: one", l)
+	}
+	if err := one.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if l := next(oneOut, "resigned"); l != "resigned" {
+		t.Fatalf("elect one printed %q; want resigned", l)
+	}
+	if l := next(obs, "no leader"); !strings.HasPrefix(l, "no leader") {
+		t.Fatalf("observer printed %q after the leader resigned; want no leader", l)
+	}
+	_, twoOut := start("elect", "/t/r", "two")
+	if l := next(twoOut, "elected"); !strings.HasPrefix(l, "elected: two") {
+		t.Fatalf("elect two printed %q", l)
+	}
+	if l := next(obs, "leader: two"); !strings.HasPrefix(l, "leader: two") {
 		t.Fatalf("observer printed %q; want leader: two", l)
 	}
 }

@@ -176,6 +176,7 @@ leadership is vacant (the leader resigned or its session ended), until
 interrupted.`)
 	observe := fs.Bool("observe", false, "print each leader instead of campaigning")
 	count := fs.Int("count", 0, "with --observe, exit after this many leaders (0: never)")
+	poll := fs.Duration("poll", defaultVacancyPoll, "with --observe, how often to look for a vacancy that no event announces (a leader whose session ended)")
 	if code, stop := e.parse(fs, args); stop {
 		return code
 	}
@@ -193,7 +194,11 @@ interrupted.`)
 	path := resolve(s, fs.Arg(0))
 	el := client.NewElection(s, path)
 	if *observe {
-		return observeElection(e, s, el, path, *count)
+		if *poll <= 0 {
+			fmt.Fprintln(e.stderr, "lockctl elect: --poll must be positive")
+			return exitUsage
+		}
+		return observeElection(e, s, el, path, *count, *poll)
 	}
 	l, err := el.Campaign(e.ctx, []byte(fs.Arg(1)))
 	if err != nil {
@@ -218,20 +223,37 @@ interrupted.`)
 	}
 }
 
-// vacancyPoll is how often elect --observe looks whether the leader is
-// still there: no event tells of a lock that is freed.
-const vacancyPoll = 500 * time.Millisecond
+// defaultVacancyPoll is how often elect --observe looks whether the
+// leader is still there when no event says so: a leader that resigns
+// clears the node (an event), but a lock freed because its holder's
+// session ended announces nothing.
+const defaultVacancyPoll = 500 * time.Millisecond
 
 // observeElection prints each new leader as the election reports it, and
 // a line when leadership is vacant, until e.ctx ends or count leaders were
-// printed.
-func observeElection(e *env, s *client.Session, el *client.Election, path string, count int) int {
+// printed. It looks for a vacancy at once on every event of the session
+// that may announce one (an event on path, a fail-over or overflow, the
+// session becoming safe again), and every poll besides.
+func observeElection(e *env, s *client.Session, el *client.Election, path string, count int, poll time.Duration) int {
 	leaders := el.Observe(e.ctx)
-	tick := time.NewTicker(vacancyPoll)
+	events := s.Events()
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	n := 0
 	// vacant: "no leader" was printed since the last leader.
 	vacant := false
+	checkVacancy := func() {
+		if vacant {
+			return
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, 5*defaultVacancyPoll)
+		_, err := el.Leader(ctx)
+		cancel()
+		if errors.Is(err, client.ErrNoLeader) {
+			fmt.Fprintf(e.stdout, "no leader: leadership of %s is vacant\n", path)
+			vacant = true
+		}
+	}
 	for {
 		select {
 		case ld, ok := <-leaders:
@@ -247,17 +269,25 @@ func observeElection(e *env, s *client.Session, el *client.Election, path string
 			if count > 0 && n >= count {
 				return exitOK
 			}
+		case ev := <-events:
+			if mayAnnounceVacancy(ev, path) {
+				checkVacancy()
+			}
 		case <-tick.C:
-			if vacant {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(e.ctx, 5*vacancyPoll)
-			_, err := el.Leader(ctx)
-			cancel()
-			if errors.Is(err, client.ErrNoLeader) {
-				fmt.Fprintf(e.stdout, "no leader: leadership of %s is vacant\n", path)
-				vacant = true
-			}
+			checkVacancy()
 		}
 	}
+}
+
+// mayAnnounceVacancy reports whether ev may mean that the election at path
+// lost its leader: an event on the node itself, or one after which events
+// may have been lost.
+func mayAnnounceVacancy(ev client.Event, path string) bool {
+	switch ev.Kind {
+	case client.EventFailover, client.EventSafe:
+		return true
+	case client.EventNode:
+		return ev.Node.Path == path || ev.Node.Kind == api.EventOverflow
+	}
+	return false
 }
