@@ -27,18 +27,18 @@ type leadership struct {
 	seq        uint64
 	pending    []Command // proposals waiting for a slot
 	inflight   map[Slot]*inflight
-	toSend     []Entry  // accepts not yet broadcast
-	commitSent Slot     // chosen index last broadcast
+	toSend     []Entry // accepts not yet broadcast
+	commitSent Slot    // chosen index last broadcast
 	// announced reports that an Accept (and so a request for lease
 	// grants) went out in this term: a new leader sends one at once, even
 	// with nothing to recover and nothing chosen yet.
-	announced bool
+	announced  bool
 	grantUntil []uint64 // per replica index: tick until which its grant counts
 	// peerChosen holds, per replica index, the highest chosen index the
 	// replica's acknowledgements in this term carried (a planned
 	// hand-over waits for the successor's to reach ours).
 	peerChosen []Slot
-	lastLive   uint64   // last tick at which the lease was live
+	lastLive   uint64 // last tick at which the lease was live
 	// fillTo is a slot a rebuilding replica waits for: the leader proposes
 	// no-ops in new slots up to it when nothing else is pending.
 	fillTo Slot
