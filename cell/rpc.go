@@ -800,7 +800,7 @@ func handleStepDown(ctx context.Context, c *rpcCall, req *api.StepDownRequest) (
 	if err := c.r.StepDown(ctx, req.Next); err != nil {
 		return nil, apiErr(api.FailedPrecondition, "step-down: "+err.Error())
 	}
-	return &api.Empty{}, nil
+	return &api.StepDownResponse{Successor: c.r.successor.Load()}, nil
 }
 
 // tenantOf returns the tenant of an absolute path "/<tenant>/...".
