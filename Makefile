@@ -11,7 +11,7 @@ BENCH_DURATION ?= 3s
 PEERS_DURATION ?= 10s
 PEERS_SESSIONS ?= 10000
 
-.PHONY: all test test-race lint sim sim-cell fuzz bench bench-peers nemesis run run-procs build clean
+.PHONY: all test test-race lint sim sim-cell fuzz bench bench-cpu bench-peers nemesis run run-procs build clean
 
 all: build
 
@@ -66,6 +66,12 @@ bench:
 	$(GO) build -o bin/ ./cmd/... ./bench/cmd/...
 	./bin/lockcell-bench --clients 1,64 --duration $(BENCH_DURATION) --sessions 1000 \
 		--json bin/bench.jsonl --svg bin/bench.svg --max-time 10m
+
+## bench-cpu: instructions per operation (callgrind; stable under load) of
+## the transport's RPC and of applying lock commands (bench/RESULTS.md, "CPU
+## per command"). Needs valgrind.
+bench-cpu:
+	./bench/scripts/cpu-per-command.sh
 
 ## bench-peers: lockcell, etcd and ZooKeeper side by side (installs etcd and
 ## ZooKeeper from Debian's packages; starts and stops five-node clusters).

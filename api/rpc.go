@@ -41,6 +41,7 @@ const (
 	MethodIssueToken
 	MethodRevokeToken
 	MethodListTokens
+	MethodSaveSnapshot
 
 	numMethods // keep last
 )
@@ -71,6 +72,7 @@ var methodNames = [...]string{
 	MethodIssueToken:         "IssueToken",
 	MethodRevokeToken:        "RevokeToken",
 	MethodListTokens:         "ListTokens",
+	MethodSaveSnapshot:       "SaveSnapshot",
 }
 
 // String returns the method's name, for example "Acquire".

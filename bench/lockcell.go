@@ -33,8 +33,8 @@ type LockcellTarget struct {
 	Logger *slog.Logger
 }
 
-// Connection limits. A replica accepts at most 64 connections from one
-// source address (transport.DefaultMaxConnsPerIP) and 100 concurrent
+// Connection limits. A replica accepts at most 1024 connections from one
+// source address (transport.DefaultMaxConnsPerIP) and 256 concurrent
 // streams on one connection (transport.DefaultMaxStreamsPerClient), and
 // every client of the benchmark comes from 127.0.0.1. So sessions share
 // connections: a workload's clients of one tenant share a pool of at most

@@ -314,6 +314,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 			victim := issueToken(t, ctx, admin, "beta", "victim")
 			return a.call(ctx, api.MethodRevokeToken, &api.RevokeTokenRequest{Header: api.Header{Token: a.token}, Tenant: "beta", ID: victim.Info.ID}, &api.IssueTokenResponse{})
 		}},
+		{"SaveSnapshot of the cell", func(a *actor) error {
+			return a.call(ctx, api.MethodSaveSnapshot, &api.SaveSnapshotRequest{Header: api.Header{Token: a.token}}, &api.SaveSnapshotResponse{})
+		}},
 		{"events of beta's node reach the caller", func(a *actor) error {
 			subscribe(a, "/beta/g/f", false)
 			drain(a)
@@ -397,6 +400,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"IssueToken for beta":                               "P P P P U U Y",
 		"ListTokens of beta":                                "P P P P U U Y",
 		"RevokeToken of beta":                               "P P P P U U Y",
+		"SaveSnapshot of the cell":                          "P P P P U U Y",
 		"events of beta's node reach the caller":            "Y - Y Y - - -",
 		"events after beta withdrew the grant":              "Y - - - - - -",
 		"cache invalidations of beta's node":                "Y - Y Y - - -",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sort"
 	"time"
 
@@ -69,8 +70,17 @@ type Config struct {
 	// after a fail-over. Required.
 	SigningKey ed25519.PrivateKey
 	// HTTPAddr, if not empty, is where /metrics, /healthz, /readyz, /status
-	// and the status page are served (and /debug/faults when Faults is set). Loopback in tests.
+	// and the status page are served (and /debug/faults when Faults is set,
+	// /debug/pprof/ to PprofAllow when Pprof is set). Loopback in tests.
 	HTTPAddr string
+	// Pprof serves the Go runtime's profiles (net/http/pprof) at
+	// /debug/pprof/ on the HTTP listener, to requests from PprofAllow only;
+	// every other request there gets 403 Forbidden.
+	Pprof bool
+	// PprofAllow lists the addresses (the TCP peer's, as prefixes) that may
+	// fetch /debug/pprof/ when Pprof is set. If empty, loopback only (an
+	// operator on the replica's own machine).
+	PprofAllow []netip.Prefix
 	// Tick is the Paxos tick. If zero, DefaultTick (10 ms).
 	Tick time.Duration
 	// ClockScale, if not zero, scales this replica's tick (a test-only clock
@@ -159,6 +169,22 @@ type Config struct {
 	// TenantQueue per unit of weight, and beyond that are shed with
 	// ResourceExhausted. If zero, DefaultTenantReadConcurrency.
 	TenantReadConcurrency int
+	// MaxConnsPerIP bounds the client connections one source address may
+	// hold at this replica (replicas are exempt). A host that runs many
+	// client processes behind one address (NAT, a Kubernetes node) needs
+	// one per process, plus a few while a client looks for the master. A
+	// connection over the limit is closed after its handshake and its
+	// client gets an error naming the limit (transport.ErrTooManyConns,
+	// client.ErrTooManyConns). If zero, transport.DefaultMaxConnsPerIP
+	// (1024); negative means unlimited (not for a cell that untrusted
+	// hosts reach).
+	MaxConnsPerIP int
+	// MaxStreamsPerConn bounds the concurrent calls (QUIC streams) of one
+	// client connection; further calls wait for a free stream, and fail
+	// with an error naming the limit (transport.ErrStreamLimit) if their
+	// context ends first. A session's KeepAlive long-poll parks one. If
+	// zero, transport.DefaultMaxStreamsPerClient (256).
+	MaxStreamsPerConn int
 	// Logger receives the replica's logs. If nil, slog.Default().
 	Logger *slog.Logger
 
@@ -245,6 +271,8 @@ func (c Config) validate() error {
 		return bad("UnsafeNoFsync is a test-only setting: it requires FaultInjection")
 	case c.SessionLease < time.Second:
 		return bad("SessionLease %v is below 1s", c.SessionLease)
+	case c.MaxStreamsPerConn < 0:
+		return bad("MaxStreamsPerConn %d is negative", c.MaxStreamsPerConn)
 	case c.ProposalWindow < 0 || c.TenantQueue < 0 || c.TenantReadConcurrency < 0:
 		return bad("ProposalWindow, TenantQueue and TenantReadConcurrency must not be negative")
 	case c.MaxSessionLease < c.SessionLease:

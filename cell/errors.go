@@ -57,8 +57,6 @@ func (r *Replica) sessionError(err error) *api.Error {
 		return apiErr(api.SessionExpired, "the session has ended")
 	case errors.Is(err, session.ErrNotServing):
 		return r.notMaster()
-	case errors.Is(err, session.ErrSuperseded):
-		return apiErr(api.Aborted, "a newer KeepAlive of this session replaced this one")
 	case errors.Is(err, session.ErrBadAck):
 		return errInvalid(err.Error())
 	case errors.Is(err, context.Canceled):

@@ -29,6 +29,7 @@ type metrics struct {
 	waiters            prometheus.Gauge
 	snapshotsTaken     prometheus.Counter
 	snapshotsInstalled prometheus.Counter
+	loopStuck          prometheus.Counter
 	badPeerMessages    prometheus.Counter
 	rebuilding         prometheus.Gauge
 	losses             *prometheus.CounterVec
@@ -47,6 +48,7 @@ type metrics struct {
 
 func newMetrics(r *Replica) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
+	registerSumMetrics(m.reg, &r.sums)
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lockcell", Name: name, Help: help})
@@ -77,6 +79,7 @@ func newMetrics(r *Replica) *metrics {
 	m.waiters = gauge("lock_waiters", "Blocked Acquire calls waiting in lock queues.")
 	m.snapshotsTaken = counter("snapshots_taken_total", "Snapshots taken to compact the Paxos log.")
 	m.snapshotsInstalled = counter("snapshots_installed_total", "Snapshots received from the leader and installed.")
+	m.loopStuck = counter("run_loop_stuck_checks_total", "Watchdog checks that found the run loop in a step that has not returned for many checks in a row (see cell/watchdog.go).")
 	m.badPeerMessages = counter("peer_messages_refused_total", "Peer messages that did not decode or were refused by the Paxos core.")
 	m.rebuilding = gauge("rebuilding", "1 while this replica rebuilds lost state as a learner that votes in nothing.")
 	m.losses = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockcell", Name: "state_losses_total", Help: "Times this replica started without (some of) its durable state and rebuilt, by kind (wiped, corrupt, behind-guard, guard-missing, guard-damaged, rebuild-interrupted)."}, []string{"kind"})

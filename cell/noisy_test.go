@@ -41,7 +41,7 @@ type flood struct {
 
 // run floods until ctx ends; it returns when every writer has stopped.
 // Each session's writers share connections, 90 to one (the transport
-// allows 64 connections per address and 100 streams on each), each writer
+// allows 1024 connections per address and 256 streams on each), each writer
 // with one write outstanding at a time.
 func (f *flood) run(ctx context.Context) {
 	f.last = map[string][2]int{}
@@ -81,7 +81,7 @@ func (f *flood) run(ctx context.Context) {
 				time.Sleep(20 * time.Millisecond) // the flood's own setup honours RetryAfter
 			}
 		}
-		// 90 writers per connection (the cell allows 100 streams on each).
+		// 90 writers per connection (the cell allows 256 streams on each).
 		var conns []*transport.ClientConn
 		for len(conns)*90 < len(handles) {
 			c := certActor(f.t, f.lc, "alpha-conn", "alpha", "flooder")

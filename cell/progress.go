@@ -37,6 +37,11 @@ type progressReport struct {
 	Applied uint64   `msgpack:"a"`
 	// Master reports that the sender holds the master lease and serves.
 	Master bool `msgpack:"m,omitempty"`
+	// SumSlot and Sum are the sender's latest applied slot and its state
+	// checksum there, read together, for the peers to compare
+	// (compare.go). Zero if unknown.
+	SumSlot uint64 `msgpack:"ss,omitempty"`
+	Sum     uint64 `msgpack:"cs,omitempty"`
 }
 
 // peerProgress is the latest report of one peer and when it arrived.
@@ -83,6 +88,7 @@ func (r *Replica) maybeReportProgress(now monotime.Time) {
 	r.progress.sent = now
 	st := r.Status()
 	rep := progressReport{Role: st.Role, Epoch: st.Epoch, Leader: st.Leader, Chosen: st.Chosen, Applied: st.Applied, Master: st.Master}
+	rep.SumSlot, rep.Sum = r.sums.latest()
 	for id := range r.cfg.Replicas {
 		if id == r.cfg.ID {
 			continue
@@ -101,6 +107,7 @@ func (r *Replica) stepProgress(from uint64, body func(any) error) {
 		return
 	}
 	r.progress.record(from, rep, monotime.Now())
+	r.sums.compare(r.log, r.cfg.ID, from, rep.SumSlot, rep.Sum)
 }
 
 // readiness says whether this replica is ready to be part of the cell: it

@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/invariants"
 	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
@@ -81,10 +82,19 @@ type Replica struct {
 	corrupt atomic.Pointer[error]
 	// guardDone is closed when the guard record's syncer has stopped.
 	guardDone chan struct{}
+	// watch is what the run loop tells its watchdog (watchdog.go);
+	// watchDone is closed when the watchdog has stopped.
+	watch     loopWatch
+	watchDone chan struct{}
 	// clock stamps the commands this replica proposes (clock.go).
 	clock *cellClock
 	// progress holds the peers' latest progress reports (progress.go).
 	progress progressTable
+	// sums remembers recent state checksums to compare with the peers'
+	// (compare.go).
+	sums sumCompare
+	// page is what the status page remembers (statuspage.go).
+	page pageState
 	// dirLock holds the data directory while the replica runs.
 	dirLock *dirLock
 
@@ -170,8 +180,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	loopCtx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.stopping = cancel, loopCtx.Done()
 	r.guardDone = make(chan struct{})
+	r.watchDone = make(chan struct{})
 	go r.run(loopCtx)
 	go r.syncGuard(loopCtx)
+	go r.watchLoop(loopCtx, r.watchDone)
 	r.log.Info("replica started", "addr", r.ep.Addr().String(), "applied", r.ns.AppliedSlot(), "http", r.HTTPAddr())
 	return r, nil
 }
@@ -207,6 +219,7 @@ func (r *Replica) open(ctx context.Context) error {
 	st := r.node.Status()
 	r.status.Store(&st)
 	r.metrics = newMetrics(r)
+	r.sums.record(r.ns.AppliedSlot(), r.ns.Checksum())
 	r.reportLoss(&st)
 	peers := map[uint64]string{}
 	for id, addr := range r.cfg.Replicas {
@@ -215,15 +228,17 @@ func (r *Replica) open(ctx context.Context) error {
 		}
 	}
 	r.ep, err = transport.Listen(ctx, transport.Config{
-		ID:            r.cfg.ID,
-		Addr:          r.cfg.Replicas[r.cfg.ID],
-		PacketConn:    r.cfg.PacketConn,
-		Peers:         peers,
-		CA:            r.cfg.CA,
-		Certificate:   r.cfg.Certificate,
-		ClientHandler: r.serveStream,
-		Faults:        r.cfg.Faults,
-		Logger:        r.log,
+		ID:                  r.cfg.ID,
+		Addr:                r.cfg.Replicas[r.cfg.ID],
+		PacketConn:          r.cfg.PacketConn,
+		Peers:               peers,
+		CA:                  r.cfg.CA,
+		Certificate:         r.cfg.Certificate,
+		ClientHandler:       r.serveStream,
+		MaxConnsPerIP:       r.cfg.MaxConnsPerIP,
+		MaxStreamsPerClient: r.cfg.MaxStreamsPerConn,
+		Faults:              r.cfg.Faults,
+		Logger:              r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("cell: transport: %w", err)
@@ -245,6 +260,7 @@ func (r *Replica) Close() error {
 			r.cancel()
 			<-r.done
 			<-r.guardDone
+			<-r.watchDone
 		}
 		r.closeResources()
 		r.dirLock.release()
@@ -328,6 +344,10 @@ type Status struct {
 	// Rebuild describes the state this replica lost at start and its
 	// rebuild, or is nil if it started with its state.
 	Rebuild *RebuildStatus
+	// LoopStuck reports that the run loop's watchdog finds it in one step
+	// that has not returned for many checks in a row (watchdog.go): the
+	// replica learns and applies nothing until the step returns.
+	LoopStuck bool
 }
 
 // Status returns the replica's current status.
@@ -346,6 +366,7 @@ func (r *Replica) Status() Status {
 		Compacted: uint64(st.Compacted),
 		Role:      r.role(st),
 		Rebuild:   r.rebuild.Load(),
+		LoopStuck: r.watch.stuck.Load(),
 	}
 	if m != nil {
 		out.Sessions = m.sessions.Stats().Sessions
@@ -534,6 +555,7 @@ func (r *Replica) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			r.watch.begin()
 			n := monotime.Now().Sub(lastTick) / interval
 			for i := time.Duration(0); i < n; i++ {
 				r.node.Tick()
@@ -541,11 +563,13 @@ func (r *Replica) run(ctx context.Context) {
 			lastTick = lastTick.Add(n * interval)
 			r.maybeReportProgress(monotime.Now())
 		case pm := <-recv:
+			r.watch.begin()
 			if err := r.step(pm); err != nil {
 				r.fail(err)
 				return
 			}
 		case p := <-r.proposeC:
+			r.watch.begin()
 			r.proposeNow(p)
 			// Drain what else arrived, so that concurrent proposals share
 			// one slot (group commit).
@@ -558,6 +582,7 @@ func (r *Replica) run(ctx context.Context) {
 				}
 			}
 		case f := <-r.ctlC:
+			r.watch.begin()
 			f()
 		}
 		r.checkHandOver()
@@ -570,6 +595,7 @@ func (r *Replica) run(ctx context.Context) {
 			return
 		}
 		r.afterStep(lastTick, interval)
+		r.watch.end()
 	}
 }
 
@@ -712,6 +738,7 @@ func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 		return fmt.Errorf("installing snapshot at slot %d: %w", snap.Slot, err)
 	}
 	r.lastSnap = uint64(snap.Slot)
+	r.sums.record(uint64(snap.Slot), r.ns.Checksum())
 	r.metrics.snapshotsInstalled.Inc()
 	r.log.Info("installed snapshot", "slot", snap.Slot)
 	return nil
@@ -729,6 +756,7 @@ func (r *Replica) apply(e paxos.Entry) error {
 	if err != nil {
 		return fmt.Errorf("applying slot %d: %w", e.Slot, err)
 	}
+	r.sums.record(uint64(e.Slot), r.ns.Checksum())
 	r.metrics.batchSize.Observe(float64(len(cmds)))
 	m := r.master.Load()
 	for i, c := range e.Value.Cmds {
@@ -775,6 +803,17 @@ func (r *Replica) maybeSnapshot() error {
 // lastTick is when the core's latest tick was due.
 func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	st := r.node.Status()
+	if invariants.Enabled {
+		// Every slot the namespace applied came out of the core as chosen
+		// (in a Ready's Chosen or Snapshot), so the core knows it chosen: a
+		// replica applied beyond its core's chosen index has lost track of
+		// what it handed out, and would wait for the core to choose a slot
+		// it already applied.
+		if a := r.ns.AppliedSlot(); a > uint64(st.Chosen) {
+			panic(fmt.Sprintf("cell: invariant broken: replica %d applied slot %d beyond its Paxos core's chosen slot %d (core applied %d, compacted %d)",
+				r.cfg.ID, a, st.Chosen, st.Applied, st.Compacted))
+		}
+	}
 	// The core holds the lease while its tick count stays below the end
 	// tick, LeaseTicksLeft ticks after the latest one; one tick less, in
 	// real time from when the latest tick was due, is certain.
@@ -787,6 +826,7 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
 	prev := r.status.Swap(&st)
 	r.metrics.observeStatus(prev, &st)
+	r.page.noteStatus(&st)
 	r.observeRebuild(&st)
 	if prev.Rebuild.Phase != paxos.RebuildNone && st.Rebuild.Phase == paxos.RebuildNone {
 		r.rebuilt(&st)

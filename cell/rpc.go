@@ -83,6 +83,7 @@ func init() {
 		api.MethodIssueToken:         with(handleIssueToken),
 		api.MethodRevokeToken:        with(handleRevokeToken),
 		api.MethodListTokens:         with(handleListTokens),
+		api.MethodSaveSnapshot:       with(handleSaveSnapshot),
 	}
 }
 
@@ -109,6 +110,12 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 	if err != nil {
 		tarpit(ctx, err)
 		_ = s.WriteFrame(ctx, api.ReplyError, toAPIError(err))
+		return
+	}
+	if sr, ok := resp.(streamedReply); ok {
+		if err := sr.writeTo(ctx, s); err != nil {
+			r.log.Debug("streamed reply failed", "method", method, "err", err)
+		}
 		return
 	}
 	_ = s.WriteFrame(ctx, api.ReplyOK, resp)
@@ -282,13 +289,13 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 		ack = 0 // sequence numbers restart with each master
 	}
 	c.r.metrics.keepalives.Inc()
-	arrived := monotime.Now() // no earlier than the request's arrival
 	reply, err := m.sessions.KeepAlive(ctx, session.ID(req.Session), ack)
 	if err != nil {
 		return nil, c.r.sessionError(err)
 	}
-	held := max(reply.At.Sub(arrived), 0)
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(held), Epoch: reply.Epoch, Events: reply.Events,
+	// Held and LeaseTimeout are both measured on the session manager's
+	// clock, from the request's arrival at the manager.
+	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(reply.Held), Epoch: reply.Epoch, Events: reply.Events,
 		Cadence: int64(reply.Cadence)}, nil
 }
 

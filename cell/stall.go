@@ -11,6 +11,8 @@ import "context"
 func (r *Replica) Stall(ctx context.Context, until <-chan struct{}) error {
 	stalled := make(chan struct{})
 	f := func() {
+		r.watch.stalled.Store(true)
+		defer r.watch.stalled.Store(false)
 		close(stalled)
 		select {
 		case <-until:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,6 +94,11 @@ type Config struct {
 	Cache bool
 	// Logger receives the client's logs. If nil, slog.Default().
 	Logger *slog.Logger
+	// LocalAddr, if set, is the local IP (or "ip:port") every connection's
+	// UDP socket binds, so that one machine can stand in for many client
+	// hosts (127.0.0.2, 127.0.0.3, … in tests and benchmarks). Ignored when
+	// PacketConn is set. If empty, the system chooses.
+	LocalAddr string
 	// PacketConn, if set, is called for every connection the client makes
 	// and returns the socket to carry it, instead of a new UDP socket: tests
 	// with an in-process network (transport/memnet, cell/celltest) set it.
@@ -130,6 +136,13 @@ func (c Config) populate() (Config, error) {
 	for _, a := range c.Addrs {
 		if a == "" {
 			return bad("empty replica address")
+		}
+	}
+	if c.LocalAddr != "" {
+		if _, err := netip.ParseAddr(c.LocalAddr); err != nil {
+			if _, err := netip.ParseAddrPort(c.LocalAddr); err != nil {
+				return bad("LocalAddr %q is neither an IP nor ip:port", c.LocalAddr)
+			}
 		}
 	}
 	if c.GracePeriod == 0 {
@@ -222,7 +235,7 @@ func (f *ConfigFile) Config(admin bool) (Config, error) {
 	}
 	pool, err := certs.PoolFromPEM(caPEM)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: CA %s: %w", ErrInvalidConfig, f.CA, err)
+		return Config{}, fmt.Errorf("%w: CA %s: %w", ErrInvalidConfig, f.path(f.CA), err)
 	}
 	certFile, keyFile := f.Cert, f.Key
 	cfg := Config{Addrs: append([]string(nil), f.Addrs...), CA: pool}
@@ -240,12 +253,18 @@ func (f *ConfigFile) Config(admin bool) (Config, error) {
 	if certFile != "" {
 		c, err := tls.LoadX509KeyPair(f.path(certFile), f.path(keyFile))
 		if err != nil {
-			return Config{}, fmt.Errorf("client: loading certificate %s: %w", certFile, err)
+			return Config{}, fmt.Errorf("client: loading certificate %s: %w", f.path(certFile), err)
 		}
 		cfg.Certificate = &c
 	}
 	return cfg, nil
 }
+
+// PublicKeyPath is the file holding the cell's sequencer-signing public
+// key, as the settings file names it but relative to the working directory
+// (a relative name in the file is relative to the file's own directory);
+// empty if the file names none.
+func (f *ConfigFile) PublicKeyPath() string { return f.path(f.PublicKey) }
 
 // SigningKey returns the cell's sequencer-signing public key named by the
 // file.

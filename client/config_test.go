@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +84,7 @@ func TestConfigErrors(t *testing.T) {
 		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), GracePeriod: -1},
 		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), Drift: 0.7},
 		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), ReconnectMin: time.Second, ReconnectMax: time.Millisecond},
+		{Addrs: []string{"127.0.0.1:1"}, CA: emptyPool(), LocalAddr: "host.example"},
 	} {
 		if _, err := client.Dial(ctx, c); !errors.Is(err, client.ErrInvalidConfig) {
 			t.Fatalf("Dial(%+v): %v; want ErrInvalidConfig", c, err)
@@ -110,5 +113,29 @@ func TestDialUnreachable(t *testing.T) {
 	_, err := client.Dial(ctx, client.Config{Addrs: []string{"127.0.0.1:9"}, CA: emptyPool(), HandshakeTimeout: 100 * time.Millisecond, Logger: quietLogger()})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Dial to nothing: %v; want DeadlineExceeded", err)
+	}
+}
+
+// TestConfigFilePathsFromItsDirectory: names in a settings file are
+// relative to the file's directory, and what the file says back (the public
+// key's path, a certificate named in an error) is relative to the working
+// directory, so a user can open it as printed.
+func TestConfigFilePathsFromItsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "settings.json")
+	b, _ := json.Marshal(map[string]any{"addrs": []string{"127.0.0.1:1"}, "ca": "certs/ca.pem",
+		"cert": "certs/missing.pem", "key": "certs/missing-key.pem", "public_key": "certs/signing-pub.pem"})
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := client.ReadConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.PublicKeyPath(), filepath.Join(dir, "certs", "signing-pub.pem"); got != want {
+		t.Fatalf("PublicKeyPath() = %q, want %q", got, want)
+	}
+	if _, err := f.Config(false); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "certs", "ca.pem")) {
+		t.Fatalf("a missing CA: %v, want an error naming %s", err, filepath.Join(dir, "certs", "ca.pem"))
 	}
 }

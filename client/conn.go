@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -52,6 +53,13 @@ type Client struct {
 		// notBefore is the earliest time of the next dial.
 		notBefore time.Time
 		sessions  map[*Session]struct{}
+		// heard: a reply arrived on conn, the last at heardAt (on the
+		// sessions' clock). A session whose own KeepAlives go unanswered
+		// closes the shared connection only if nothing was heard on it
+		// since its own last reply (dropIfSilent): then the connection,
+		// not the session, is in trouble.
+		heard   bool
+		heardAt monotime.Time
 	}
 }
 
@@ -136,6 +144,7 @@ func (c *Client) explainNoMaster(ctx context.Context, cancel context.CancelCause
 // searchMaster is findMaster's loop: it asks replicas in turn until one
 // names a master, and connects to it, until ctx ends.
 func (c *Client) searchMaster(ctx context.Context) error {
+	hops := 0 // redirects followed at once, without a pause
 	for {
 		var st api.CellStatusResponse
 		_, err := c.rpcOnce(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: c.cfg.Token}, &st)
@@ -144,6 +153,10 @@ func (c *Client) searchMaster(ctx context.Context) error {
 			return fmt.Errorf("%w: the cell refused the client %s: %w", ErrUnauthenticated, c.credential(), err)
 		}
 		if errors.Is(err, api.ErrInvalidArgument) {
+			return fmt.Errorf("client: dial: %w", err)
+		}
+		if errors.Is(err, ErrTooManyConns) {
+			// A limit of the replica's, not a fault to wait out.
 			return fmt.Errorf("client: dial: %w", err)
 		}
 		if err == nil && st.Master != 0 {
@@ -165,6 +178,14 @@ func (c *Client) searchMaster(ctx context.Context) error {
 				// Ask again after a pause.
 			} else if cc, err = c.conn(ctx); err == nil {
 				if cc.ReplicaID() == st.Master {
+					if hops < 3 {
+						// Ask the master itself at once: that it serves,
+						// and that it keeps the connection (a replica
+						// closes one over its limit per address just
+						// after the handshake).
+						hops++
+						continue
+					}
 					return nil
 				}
 				// The named master did not answer; another replica did.
@@ -299,6 +320,7 @@ func (c *Client) conn(ctx context.Context) (*transport.ClientConn, error) {
 			return nil, ErrClosed
 		}
 		c.mu.conn = cc
+		c.mu.heard = false
 		c.mu.Unlock()
 		return cc, nil
 	}
@@ -339,6 +361,7 @@ func (c *Client) dial(ctx context.Context, addrs []string, start int, delay time
 func (c *Client) dialConfig(ctx context.Context, dc transport.DialConfig) (*transport.ClientConn, error) {
 	dc.CA, dc.Certificate, dc.Logger = c.cfg.CA, c.cfg.Certificate, c.log
 	dc.HandshakeTimeout, dc.IdleTimeout = c.cfg.HandshakeTimeout, c.cfg.IdleTimeout
+	dc.LocalAddr = c.cfg.LocalAddr
 	if c.cfg.PacketConn != nil {
 		pc, err := c.cfg.PacketConn()
 		if err != nil {
@@ -377,6 +400,50 @@ func (c *Client) dropAll(hint string) {
 	}
 }
 
+// heardFrom records that a reply arrived on cc now.
+func (c *Client) heardFrom(cc *transport.ClientConn) {
+	now := c.cfg.clock.Now()
+	c.mu.Lock()
+	if c.mu.conn == cc {
+		c.mu.heard, c.mu.heardAt = true, now
+	}
+	c.mu.Unlock()
+}
+
+// dropIfSilent closes the current connection unless a reply arrived on it
+// after since, and reports whether it did. One session's KeepAlives going
+// unanswered is no proof that the connection failed: while other calls
+// (its neighbours' KeepAlives) are answered on it, it stays, and the
+// session looks for the master on its own. A connection that died shows
+// in its context (conn redials) or in silence towards everyone.
+func (c *Client) dropIfSilent(since monotime.Time) bool {
+	c.mu.Lock()
+	cc := c.mu.conn
+	if cc == nil || (c.mu.heard && c.mu.heardAt.After(since) && cc.Context().Err() == nil) {
+		c.mu.Unlock()
+		return false
+	}
+	c.mu.conn = nil
+	c.mu.hint = ""
+	c.mu.Unlock()
+	_ = cc.Close()
+	return true
+}
+
+// dropIfBroken drops cc after a failed call if the failure is the
+// connection's (it closed or timed out), not only that call's stream (a
+// reset, a bad frame): one call's trouble must not end its neighbours'
+// calls on the shared connection. Nothing is dropped if ctx ended (the
+// caller gave up).
+func (c *Client) dropIfBroken(ctx context.Context, cc *transport.ClientConn, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, transport.ErrConnClosed) || errors.Is(err, transport.ErrClosed) || cc.Context().Err() != nil {
+		c.drop(cc, "")
+	}
+}
+
 // redirect closes the current connection and points the next dial at addr.
 func (c *Client) redirect(addr string) { c.dropAll(addr) }
 
@@ -408,8 +475,9 @@ func (c *Client) succeeded() {
 
 // rpcOnce makes one attempt of method m. sent reports whether the request
 // may have reached a replica (false: it certainly did not). An error reply
-// is returned as *api.Error; NotMaster and transport failures drop the
-// connection so that the next attempt dials the master.
+// is returned as *api.Error; NotMaster and failures of the connection drop
+// it so that the next attempt dials the master (a failure of the call's
+// stream alone leaves the connection to the other calls on it).
 func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent bool, err error) {
 	cc, err := c.conn(ctx)
 	if err != nil {
@@ -417,9 +485,7 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 	}
 	s, err := cc.OpenStream(ctx)
 	if err != nil {
-		if ctx.Err() == nil {
-			c.drop(cc, "")
-		}
+		c.dropIfBroken(ctx, cc, err)
 		return false, err
 	}
 	defer s.Close()
@@ -427,9 +493,7 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 		if errors.Is(err, transport.ErrEncode) {
 			return false, err
 		}
-		if ctx.Err() == nil {
-			c.drop(cc, "")
-		}
+		c.dropIfBroken(ctx, cc, err)
 		return true, err
 	}
 	// NB: finishing the sending side fails if the replica has already
@@ -439,11 +503,10 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 	_ = s.CloseWrite()
 	f, err := s.ReadFrame(ctx)
 	if err != nil {
-		if ctx.Err() == nil {
-			c.drop(cc, "")
-		}
+		c.dropIfBroken(ctx, cc, err)
 		return true, err
 	}
+	c.heardFrom(cc)
 	switch f.Tag {
 	case api.ReplyOK:
 		if err := f.Decode(resp); err != nil {
@@ -458,16 +521,23 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 		if err := f.Decode(ae); err != nil {
 			return true, fmt.Errorf("client: decoding %s error reply: %w", m, err)
 		}
-		switch ae.Code {
-		case api.NotMaster:
-			c.drop(cc, ae.Master)
-		case api.Unavailable:
-			c.drop(cc, "")
-		}
+		c.errorReply(cc, ae)
 		return true, ae
 	default:
 		c.drop(cc, "")
 		return true, fmt.Errorf("client: %s: unexpected reply tag %#x", m, f.Tag)
+	}
+}
+
+// errorReply acts on an error reply that cc carried: NotMaster points the
+// client at the master it names, Unavailable (the replica is stopping)
+// drops the connection.
+func (c *Client) errorReply(cc *transport.ClientConn, ae *api.Error) {
+	switch ae.Code {
+	case api.NotMaster:
+		c.drop(cc, ae.Master)
+	case api.Unavailable:
+		c.drop(cc, "")
 	}
 }
 

@@ -38,6 +38,16 @@ var (
 	// (the connection failed after sending it); it may or may not have taken
 	// effect. Read before retrying.
 	ErrOutcomeUnknown = errors.New("client: outcome unknown")
+	// ErrTooManyConns: a replica closed the connection because the
+	// client's source address holds as many connections there as it allows
+	// (the replica setting max_conns_per_ip, named in the message). Dial
+	// returns it at once rather than wait. It is transport.ErrTooManyConns.
+	ErrTooManyConns = transport.ErrTooManyConns
+	// ErrStreamLimit: a call's context ended while it waited for a free
+	// stream on the connection, which had as many calls in flight as the
+	// replica allows (max_streams_per_conn). It is transport.ErrStreamLimit;
+	// the context's error is wrapped too.
+	ErrStreamLimit = transport.ErrStreamLimit
 	// ErrNoLeader: an election has no current leader.
 	ErrNoLeader = errors.New("client: no leader")
 	// ErrNotLeader: Resign by a candidate that is not the leader.

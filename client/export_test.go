@@ -1,6 +1,9 @@
 package client
 
-import "github.com/lockcell/lockcell/internal/monotime"
+import (
+	"github.com/lockcell/lockcell/internal/monotime"
+	"github.com/lockcell/lockcell/transport"
+)
 
 // WithClock returns cfg with the sessions' clock (lease accounting,
 // KeepAlive timers, grace period) set to clk. Only tests may substitute the
@@ -20,4 +23,17 @@ func Dialing(c *Client) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.mu.dialing != nil
+}
+
+// HoldKeepAlives makes s lose the replies to the KeepAlives it sends from
+// now on (hold true): the master gets each and renews the lease, but the
+// session never hears, so its local lease runs out. false lets the next
+// replies through.
+func HoldKeepAlives(s *Session, hold bool) { s.holdKA.Store(hold) }
+
+// CurrentConn returns the client's current connection (nil if none).
+func CurrentConn(c *Client) *transport.ClientConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.conn
 }

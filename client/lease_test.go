@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/internal/monotime"
 )
@@ -334,4 +335,33 @@ func TestLateReplyAfterLapse(t *testing.T) {
 	if !errors.Is(l.Err(), client.ErrJeopardy) {
 		t.Fatalf("the first lock came back: %v", l.Err())
 	}
+}
+
+// TestSupersededErrorProvesNothing: a master that answers a replaced
+// KeepAlive with an Aborted error says nothing of how long it renewed the
+// lease (a load extension the client last saw may have ended since), so the
+// error extends nothing; only the newer KeepAlive's answer does. Here the
+// session's grant was 10 s, the probe pair goes out near the lease end, the
+// first of the pair is aborted and the second proves only 1 s: the lease
+// ends 1 s (less drift) after the pair was sent, not 10 s.
+func TestSupersededErrorProvesNothing(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	fs := newFakeSession(t, ctx, nil)
+	l, err := client.NewMutex(fs.s, "/t/superseded").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := fs.m.nextKA(t, ctx) // sent at t0; left parked
+	_ = first
+	// Past the probe point (the lease end less a sixteenth of the grant),
+	// the loop sends two KeepAlives at once.
+	sent := fs.t0.Add(shortened(fakeLease) - fakeLease/16 + time.Millisecond)
+	fs.clk.Advance(sent.Sub(fs.clk.Now()))
+	aborted := fs.m.nextKA(t, ctx)
+	aborted.reply <- &api.Error{Code: api.Aborted, Msg: "a newer KeepAlive of this session replaced this one"}
+	newer := fs.m.nextKA(t, ctx)
+	fs.m.answer(t, ctx, newer, 0, time.Second)
+	// One more round trip, so the aborted answer has surely been handled.
+	fs.m.answer(t, ctx, fs.m.nextKA(t, ctx), 0, time.Second)
+	expectLeaseEnd(t, fs, l, sent.Add(shortened(time.Second)))
 }

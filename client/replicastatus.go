@@ -50,6 +50,7 @@ func dialReplica(ctx context.Context, cfg Config, addr string) (*transport.Clien
 	dc := transport.DialConfig{
 		Addrs: []string{addr}, CA: cfg.CA, Certificate: cfg.Certificate,
 		HandshakeTimeout: cfg.HandshakeTimeout, IdleTimeout: cfg.IdleTimeout, Logger: cfg.Logger,
+		LocalAddr: cfg.LocalAddr,
 	}
 	if cfg.PacketConn != nil {
 		pc, err := cfg.PacketConn()

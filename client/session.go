@@ -152,6 +152,10 @@ type Session struct {
 	cache    *cache
 	clock    monotime.Clock
 	subs     subscriptions // the handles subscribed to events, by path
+	// holdKA makes this session lose the replies to its KeepAlives: each
+	// waits, unanswered, until it is given up (only this package's tests
+	// set it: HoldKeepAlives).
+	holdKA atomic.Bool
 
 	dispatch struct {
 		sync.Mutex
@@ -709,6 +713,10 @@ type loop struct {
 	moved   bool
 	movedAt monotime.Time
 	stuck   int
+	// heardAt is when the last reply to this session's KeepAlives came
+	// (the loop's start, before any): the shared connection is closed on
+	// this session's account only if nothing was heard on it since.
+	heardAt monotime.Time
 }
 
 // foundMaster is the result of one search for the serving master.
@@ -724,7 +732,7 @@ func (s *Session) run(grant, cadence time.Duration) {
 	s.mu.Unlock()
 	l := &loop{s: s, clock: s.clock, results: make(chan kaResult), live: map[uint64]liveKA{},
 		leaseEnd: leaseEnd, grant: grant, epoch: s.Epoch(), cadence: cadence, found: make(chan foundMaster, 1),
-		retryAt: s.clock.Now()}
+		retryAt: s.clock.Now(), heardAt: s.clock.Now()}
 	defer func() {
 		for _, ka := range l.live {
 			ka.cancel()
@@ -879,11 +887,20 @@ func (l *loop) start(now monotime.Time) {
 	l.live[id] = ka
 	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack}
 	results, stop := l.results, l.s.stop
+	hold := l.s.holdKA.Load()
 	go func() {
 		defer cancel()
 		var resp api.KeepAliveResponse
+		var err error
 		before := l.s.c.redirectCount()
-		_, err := l.s.c.rpcOnce(ctx, api.MethodKeepAlive, req, &resp)
+		if hold {
+			// The master gets it (and renews the lease); the reply is lost.
+			_, _ = l.s.c.rpcOnce(ctx, api.MethodKeepAlive, req, &resp)
+			<-ctx.Done()
+			err = ctx.Err()
+		} else {
+			_, err = l.s.c.rpcOnce(ctx, api.MethodKeepAlive, req, &resp)
+		}
 		redirected := err != nil && l.s.c.redirectedSince(before, err)
 		select {
 		case results <- kaResult{id: id, sent: now, resp: resp, err: err, redirected: redirected}:
@@ -965,6 +982,7 @@ func (l *loop) handle(r kaResult) {
 	switch {
 	case r.err == nil:
 		// The master answered: it is alive (or a newer one is).
+		l.heardAt = l.clock.Now()
 		l.endFind()
 		l.stuck = 0
 		l.cadence = time.Duration(r.resp.Cadence)
@@ -974,10 +992,14 @@ func (l *loop) handle(r kaResult) {
 			l.start(l.clock.Now()) // acknowledge at once
 		}
 	case errors.As(r.err, &ae) && ae.Code == api.Aborted:
-		// Superseded: it was parked, so the master renewed the lease when
-		// it arrived, after it was sent.
+		// Superseded, from a master that answers a replaced KeepAlive with
+		// an error (current masters answer it with a lease): the master
+		// renewed the lease when it arrived, but by how much it does not
+		// say, and a load extension may have ended since the grant this
+		// client last saw, so it proves nothing. The newer KeepAlive's
+		// answer will.
+		l.heardAt = l.clock.Now()
 		l.stuck = 0
-		l.prove(r.sent, l.grant)
 	case errors.As(r.err, &ae) && (ae.Code == api.SessionExpired || ae.Code == api.PermissionDenied || ae.Code == api.Unauthenticated):
 		// Unauthenticated: the session's token was revoked; the master
 		// expires the session, and no call of it can succeed again.
@@ -1070,8 +1092,12 @@ func (l *loop) enterJeopardy() {
 	l.probing = false
 	l.failures = 0
 	l.waiting = false
-	l.s.c.dropAll("")
-	l.s.c.log.Info("client: session in jeopardy", "session", l.s.id, "grace", l.s.cfg.GracePeriod)
+	// The connection is shared with the client's other sessions: it is
+	// closed only if it fell silent for them too (nothing heard on it since
+	// this session's last reply); otherwise the trouble is this session's
+	// and the search below finds its master.
+	dropped := l.s.c.dropIfSilent(l.heardAt)
+	l.s.c.log.Info("client: session in jeopardy", "session", l.s.id, "grace", l.s.cfg.GracePeriod, "connection_closed", dropped)
 	l.find()
 }
 
@@ -1123,7 +1149,7 @@ func (l *loop) moveTo(f foundMaster) {
 	if f.addr == "" {
 		return
 	}
-	moved := l.s.c.moveTo(f.addr, l.stuck >= 2)
+	moved := l.s.c.moveTo(f.addr, l.stuck >= 2, l.heardAt)
 	if moved {
 		l.stuck = 0
 		l.moved = true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -199,12 +200,16 @@ func (c *Client) connAddr() string {
 }
 
 // moveTo points the client at the master found at addr: if the current
-// connection goes elsewhere (or force is set) it is closed (calls in
-// flight on it fail and are retried) and the next call dials addr. It
-// reports whether it moved.
-func (c *Client) moveTo(addr string, force bool) bool {
+// connection goes elsewhere (or force is set and nothing was heard on it
+// after since: see dropIfSilent) it is closed (calls in flight on it fail
+// and are retried) and the next call dials addr. It reports whether it
+// moved.
+func (c *Client) moveTo(addr string, force bool, since monotime.Time) bool {
 	c.mu.Lock()
 	cc := c.mu.conn
+	if force && c.mu.heard && c.mu.heardAt.After(since) {
+		force = false // others are answered on it: the trouble is not the connection's
+	}
 	if !force && cc != nil && cc.Addr() == addr && cc.Context().Err() == nil {
 		c.mu.Unlock()
 		return false

@@ -37,8 +37,17 @@ import (
 // checksum update, while a read of its bytes goes to Pebble.
 //
 // Under invariants builds ApplySlot checks after every slot that the entries
-// the slot touched agree with Pebble, and sometimes that all of them do
-// (checkCache).
+// the slot touched agree with Pebble, and a sample of cacheCheckSample other
+// entries (checkCache), so every entry is checked again and again while the
+// cost per slot stays bounded; after one slot in a hundred it checks the byte
+// accounting, a walk of the map without Pebble reads. It once checked every entry after one slot in
+// twenty: a cost per slot that grew with the cache, so that in a long-running
+// replica of a busy cell (a cache of tens of thousands of entries, a loaded
+// machine) applying a slot took tens of milliseconds. The master's clients
+// wait for its apply, so the cell's pace followed the master, while the
+// follower whose process ran longest (the biggest cache) applied more
+// slowly than the master chose: once it fell behind (a pause, a partition)
+// it never caught up, and looked like a replica that had stopped learning.
 //
 // Tried and dropped: caching decoded records (nodeRec and friends). With the
 // binary record encoding (reccodec.go) decoding costs less than the copy a
@@ -63,6 +72,10 @@ type centry struct {
 }
 
 const (
+	// cacheCheckSample is how many cache entries, besides the slot's own,
+	// invariants builds compare with Pebble after each applied slot. Go's
+	// map iteration starts at a random entry, so the sample moves.
+	cacheCheckSample = 32
 	// cacheFullMax is the longest value cached whole.
 	cacheFullMax = 1 << 10
 	// cacheBudget bounds the cache's memory, roughly.
@@ -123,10 +136,31 @@ type sentry struct {
 	was   bool
 }
 
+// checkCacheBytes checks the cache's byte accounting, walking every entry
+// (no Pebble reads). REQUIRES: s.applyMu held.
+func (s *Store) checkCacheBytes() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.checkCacheBytesLocked()
+}
+
+// REQUIRES: s.mu held.
+func (s *Store) checkCacheBytesLocked() error {
+	total := 0
+	for k, e := range s.cache.m {
+		total += entrySize(k, e)
+	}
+	if total != s.cache.bytes {
+		return fmt.Errorf("%w: cache accounts %d bytes, holds %d", ErrCorrupt, s.cache.bytes, total)
+	}
+	return nil
+}
+
 // checkCache compares cache entries with Pebble: those for keys (nil: every
-// entry). It returns an error wrapping ErrCorrupt on the first disagreement.
+// entry) and up to sample others. It returns how many entries it compared,
+// and an error wrapping ErrCorrupt on the first disagreement.
 // REQUIRES: s.applyMu held (no slot is being applied).
-func (s *Store) checkCache(keys []string) error {
+func (s *Store) checkCache(keys []string, sample int) (checked int, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if keys == nil {
@@ -135,35 +169,41 @@ func (s *Store) checkCache(keys []string) error {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
+		if err := s.checkCacheBytesLocked(); err != nil {
+			return 0, err
+		}
+	} else {
+		n := 0
+		for k := range s.cache.m {
+			if n == sample {
+				break
+			}
+			keys = append(keys, k)
+			n++
+		}
 	}
 	v := s.view(s.db)
-	total := 0
-	for k, e := range s.cache.m {
-		total += entrySize(k, e)
-	}
-	if total != s.cache.bytes {
-		return fmt.Errorf("%w: cache accounts %d bytes, holds %d", ErrCorrupt, s.cache.bytes, total)
-	}
 	for _, k := range keys {
 		e, ok := s.cache.m[k]
 		if !ok {
 			continue
 		}
+		checked++
 		val, present, err := v.load([]byte(k))
 		if err != nil {
-			return err
+			return checked, err
 		}
 		switch {
 		case present != e.present:
-			return fmt.Errorf("%w: cache says %q present=%v, Pebble %v", ErrCorrupt, k, e.present, present)
+			return checked, fmt.Errorf("%w: cache says %q present=%v, Pebble %v", ErrCorrupt, k, e.present, present)
 		case !present:
 		case e.hash != kvHash([]byte(k), val):
-			return fmt.Errorf("%w: cached hash of %q is stale", ErrCorrupt, k)
+			return checked, fmt.Errorf("%w: cached hash of %q is stale", ErrCorrupt, k)
 		case e.full != (len(val) <= cacheFullMax):
-			return fmt.Errorf("%w: cache entry of %q (%d bytes) full=%v", ErrCorrupt, k, len(val), e.full)
+			return checked, fmt.Errorf("%w: cache entry of %q (%d bytes) full=%v", ErrCorrupt, k, len(val), e.full)
 		case e.full && !bytes.Equal(e.val, val):
-			return fmt.Errorf("%w: cached value of %q is stale", ErrCorrupt, k)
+			return checked, fmt.Errorf("%w: cached value of %q is stale", ErrCorrupt, k)
 		}
 	}
-	return nil
+	return checked, nil
 }

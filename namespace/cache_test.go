@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/invariants"
 )
 
 // applyChecked applies one slot and checks every cache entry against Pebble
@@ -18,7 +19,7 @@ func (e *env) applyChecked(raw [][]byte) []Result {
 	if err != nil {
 		e.t.Fatalf("slot %d: %v", e.slot, err)
 	}
-	if err := e.s.checkCache(nil); err != nil {
+	if _, err := e.s.checkCache(nil, 0); err != nil {
 		e.t.Fatalf("slot %d: %v", e.slot, err)
 	}
 	return rs
@@ -109,7 +110,7 @@ func TestCacheClearedByInstallSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst.slot = src.slot
-	if err := dst.s.checkCache(nil); err != nil {
+	if _, err := dst.s.checkCache(nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	data, st, err := dst.s.GetContentsAndStat(alice, "/a/f")
@@ -204,5 +205,50 @@ func TestOpenRefusesOtherFormats(t *testing.T) {
 	}
 	if s, err := Open(e.db, Config{}); err != nil || s.AppliedSlot() != e.s.AppliedSlot() || s.Checksum() != e.s.Checksum() {
 		t.Fatalf("good meta: %v", err)
+	}
+}
+
+// TestCacheCheckCostBounded: the invariant check after each applied slot
+// (invariants builds) compares the slot's own entries and a bounded sample
+// of the others with Pebble, so its cost per slot does not grow with the
+// cache. A check whose cost grows with the cache makes a long-running
+// replica of a busy cell apply more slowly than the cell chooses, so that
+// once it falls behind it never catches up. The test counts the entries
+// compared (no timing): with a cache of thousands of entries, 200 slots of
+// one create each may compare at most their own keys plus the sample per
+// slot, and must compare at least the sample (the check still judges).
+func TestCacheCheckCostBounded(t *testing.T) {
+	if !invariants.Enabled {
+		t.Skip("the per-slot cache check runs only in invariants builds")
+	}
+	e := newEnv(t, Config{})
+	e.tenant("a", api.TenantQuota{})
+	sid := e.session(alice)
+	for i := range 3000 {
+		e.create(alice, sid, fmt.Sprintf("/a/old-%d", i), false, "x")
+	}
+	if n := len(e.s.cache.m); n < 10*cacheCheckSample {
+		t.Fatalf("the cache holds %d entries; the test needs many more than the sample", n)
+	}
+	const slots = 200
+	before := e.s.cacheChecked
+	var own uint64
+	for i := range slots {
+		keys := len(e.s.cache.m)
+		e.create(alice, sid, fmt.Sprintf("/a/new-%d", i), false, "y")
+		// A create touches a handful of keys; count them generously as
+		// the entries the slot added plus the ones it rewrote (≤ 8).
+		own += uint64(len(e.s.cache.m)-keys) + 8
+	}
+	checked := e.s.cacheChecked - before
+	t.Logf("%d slots with a cache of %d entries: %d entries compared (%.1f per slot)", slots, len(e.s.cache.m), checked, float64(checked)/slots)
+	if limit := own + slots*cacheCheckSample; checked > limit {
+		t.Errorf("the check compared %d entries over %d slots, more than the slots' own keys and the sample (%d): its cost grows with the cache", checked, slots, limit)
+	}
+	if floor := uint64(slots * cacheCheckSample); checked < floor {
+		t.Errorf("the check compared only %d entries over %d slots, below the sample's %d", checked, slots, floor)
+	}
+	if _, err := e.s.checkCache(nil, 0); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -362,7 +362,10 @@ func DecodeCommand(b []byte) (Command, error) {
 	// a lenient reader would silently truncate into narrower fields,
 	// duplicate or reordered keys, and padded integers, so one command has
 	// one encoding.
-	enc := appendCommand(make([]byte, 0, len(b)), cmd)
+	// A command of a lock or session fits the buffer on the stack, so the
+	// check allocates nothing.
+	var stack [512]byte
+	enc := appendCommand(stack[:0], cmd)
 	if string(enc) != string(b) {
 		return Command{}, fmt.Errorf("%w: not the canonical encoding", ErrBadCommand)
 	}

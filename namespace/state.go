@@ -184,6 +184,11 @@ func (v *view) keysWithPrefix(prefix []byte) ([][]byte, error) {
 // INVARIANT: sum is the checksum of the logical state as the slot would
 // leave it: the DB's state plus every write made through set and del, which
 // the overlay holds.
+// keysPerCommand is about how many keys a lock or session command reads or
+// writes (an Acquire: its node, the locked and held markers, the tenant,
+// the session); it sizes a slot's overlay.
+const keysPerCommand = 6
+
 type txn struct {
 	view
 	cache  *stateCache
@@ -193,8 +198,11 @@ type txn struct {
 	ctr    counters
 }
 
-func (s *Store) newTxn(sum uint64) *txn {
-	t := &txn{view: s.view(s.db), cache: s.cache, slot: make(map[string]sentry), sum: sum}
+// newTxn starts a slot's overlay for about cmds commands: the overlay map is
+// sized for the handful of keys a command touches, so that it does not grow
+// (and rehash) command by command.
+func (s *Store) newTxn(sum uint64, cmds int) *txn {
+	t := &txn{view: s.view(s.db), cache: s.cache, slot: make(map[string]sentry, keysPerCommand*cmds), sum: sum}
 	t.tx = t
 	return t
 }

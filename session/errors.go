@@ -13,9 +13,6 @@ var (
 	// ErrExpired: the session's lease ran out (its expiry is decided and
 	// final), or it was closed or removed.
 	ErrExpired = errors.New("session: session expired")
-	// ErrSuperseded: a newer KeepAlive of the same session replaced this
-	// parked one. Only one KeepAlive per session is parked at a time.
-	ErrSuperseded = errors.New("session: keepalive superseded by a newer one")
 	// ErrBadAck: a KeepAlive acknowledged an event sequence number this
 	// master never issued (for example one from a previous master's epoch).
 	ErrBadAck = errors.New("session: acknowledgement beyond the last event")

@@ -23,13 +23,21 @@ type Reply struct {
 	// Epoch is the master epoch (Config.Epoch) the sequence numbers belong to.
 	Epoch uint64
 	// At is when, on the Manager's clock, the reply was made: LeaseTimeout
-	// runs from it. The cell tells the client how long it held the request
-	// (At minus its arrival), so the client can count the lease from later
-	// than its send time without ever overestimating it.
+	// runs from it.
 	At monotime.Time
+	// Held is how long the Manager held the request: At minus its arrival,
+	// both on the Manager's clock. The cell tells the client, so the client
+	// can count the lease from later than its send time (send + Held +
+	// LeaseTimeout) without ever overestimating it.
+	Held time.Duration
 	// Cadence is Config.KeepAliveCadence: the longest this master parks a
 	// KeepAlive (zero: until shortly before the lease ends).
 	Cadence time.Duration
+	// Superseded: a newer KeepAlive of the same session replaced this
+	// parked one. The reply carries no events (the newer one gets them),
+	// but its lease is as honest as any reply's: the newer KeepAlive's
+	// arrival, At, renewed the lease, and LeaseTimeout runs from At.
+	Superseded bool
 }
 
 // KeepAlive is the session's long-poll. It acknowledges the events with Seq
@@ -42,8 +50,12 @@ type Reply struct {
 //
 // ack refers to sequence numbers of this Manager's stream (Reply.Epoch); the
 // client starts again from 0 after a fail-over. Only one KeepAlive per
-// session is parked: a new one replaces the old, which returns
-// ErrSuperseded.
+// session is parked: a new one replaces the old, which returns at once a
+// Reply marked Superseded, with the lease as renewed by the new one's
+// arrival and no events. A superseded KeepAlive is a client's quickest
+// proof of its lease (it sends a second KeepAlive to get one), so it is
+// answered with the lease the master really holds, not with an error the
+// client would have to read a lease length into.
 //
 // It returns ctx.Err() if ctx ends first (the renewal on arrival stands, the
 // events stay queued); ErrNotServing, also when Stop is called while it is
@@ -73,16 +85,16 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 	}
 	m.renewLocked(s, now)
 	if s.parked != nil {
-		m.releaseLocked(s, ErrSuperseded)
+		m.supersedeLocked(s, now)
 	}
+	arrived := now
 	if len(s.q.events) > 0 {
-		r := m.replyLocked(s, now)
+		r := m.replyLocked(s, arrived, now)
 		m.mu.Unlock()
 		return r, nil
 	}
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1), arrived: arrived}
 	s.parked = w
-	arrived := now
 	answerAt := m.answerAtLocked(s, arrived)
 	m.checkLocked(s)
 	m.keepalives.Add(1)
@@ -108,11 +120,15 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 			m.mu.Unlock()
 			return Reply{}, w.err
 		}
+		if w.superseded != nil {
+			m.mu.Unlock()
+			return *w.superseded, nil
+		}
 		now = m.clock.Now()
 		answerAt = m.answerAtLocked(s, arrived)
 		if len(s.q.events) > 0 || !now.Before(answerAt) {
 			s.parked = nil
-			r := m.replyLocked(s, now)
+			r := m.replyLocked(s, arrived, now)
 			m.mu.Unlock()
 			return r, nil
 		}
@@ -148,9 +164,28 @@ func (m *Manager) cadenceLocked() time.Duration {
 	return time.Duration(float64(c) * float64(m.grantLocked()) / float64(m.cfg.Lease))
 }
 
-// replyLocked renews the session's lease and builds the answer.
+// supersedeLocked answers the session's parked KeepAlive, replaced at now
+// by a newer one whose arrival renewed the lease: the lease is counted
+// from now, and the events stay queued for the newer one.
+// REQUIRES: m.mu held; s.parked != nil; the lease renewed at now.
+func (m *Manager) supersedeLocked(s *sess, now monotime.Time) {
+	w := s.parked
+	s.parked = nil
+	w.superseded = &Reply{
+		LeaseTimeout: s.leaseEnd.Sub(now),
+		Epoch:        m.cfg.Epoch,
+		At:           now,
+		Held:         now.Sub(w.arrived),
+		Cadence:      m.cadenceLocked(),
+		Superseded:   true,
+	}
+	w.signal()
+}
+
+// replyLocked renews the session's lease and builds the answer to a
+// KeepAlive that arrived at arrived.
 // REQUIRES: m.mu held; s live and not parked.
-func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
+func (m *Manager) replyLocked(s *sess, arrived, now monotime.Time) Reply {
 	m.renewLocked(s, now)
 	m.checkLocked(s)
 	return Reply{
@@ -158,6 +193,7 @@ func (m *Manager) replyLocked(s *sess, now monotime.Time) Reply {
 		Events:       slices.Clone(s.q.events),
 		Epoch:        m.cfg.Epoch,
 		At:           now,
+		Held:         now.Sub(arrived),
 		Cadence:      m.cadenceLocked(),
 	}
 }

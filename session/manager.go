@@ -77,6 +77,10 @@ type sess struct {
 type waiter struct {
 	wake chan struct{} // buffer of one; a send means "look again"
 	err  error         // set, under mu, when the waiter is released with an error
+	// superseded is set, under mu, when a newer KeepAlive replaced this
+	// one: its answer.
+	superseded *Reply
+	arrived    monotime.Time // when the KeepAlive arrived
 }
 
 // Manager keeps the sessions of one master term. See the package doc for its
@@ -85,8 +89,7 @@ type waiter struct {
 // Its methods return ErrNotServing before Start and after Stop;
 // ErrUnknownSession for an ID it does not know; ErrExpired for a session
 // whose expiry is decided; ErrDuplicateSession, ErrBadAck, ErrBadEvent and
-// ErrBadConfig for bad input, which changes nothing; ErrSuperseded to a
-// parked KeepAlive replaced by a newer one.
+// ErrBadConfig for bad input, which changes nothing.
 //
 // Design. Leases of all sessions sit in one heap ordered by lease end, and
 // one goroutine sleeps until the earliest end and decides the expiries that

@@ -177,16 +177,34 @@ func TestRemoveEndsParkedKeepAlive(t *testing.T) {
 	})
 }
 
+// TestKeepAliveSuperseded: a parked KeepAlive replaced by a newer one is
+// answered at once, without events, with the lease as the newer one's
+// arrival renewed it, counted from that arrival; the newer one is answered
+// on its own schedule. The superseded answer is a lease proof the client
+// relies on, so its length must be what the master holds, also after a load
+// extension ended between the two arrivals.
 func TestKeepAliveSuperseded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := newManager(t, Config{}, false)
 		mustAdd(t, m, 1)
-		first := goKeepAlive(t.Context(), m, 1, 0)
+		if err := m.Publish(1, api.Event{Kind: api.EventChildAdded, Path: "/ls/d", Child: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		// Acknowledge the event so both KeepAlives park.
+		if r, err := m.KeepAlive(t.Context(), 1, 0); err != nil || len(r.Events) != 1 {
+			t.Fatalf("KeepAlive with a pending event: %+v, %v", r, err)
+		}
+		first := goKeepAlive(t.Context(), m, 1, 1)
 		sleep(time.Second)
-		second := goKeepAlive(t.Context(), m, 1, 0)
+		arrived := monotime.Now()
+		second := goKeepAlive(t.Context(), m, 1, 1)
 		r, ok := returned(first)
-		if !ok || !errors.Is(r.err, ErrSuperseded) {
-			t.Fatalf("first KeepAlive: %+v (returned %v), want ErrSuperseded", r, ok)
+		if !ok || r.err != nil || !r.reply.Superseded {
+			t.Fatalf("first KeepAlive: %+v (returned %v), want a Superseded reply", r, ok)
+		}
+		if r.reply.At != arrived || r.reply.Held != time.Second || r.reply.LeaseTimeout != lease || len(r.reply.Events) != 0 {
+			t.Fatalf("superseded reply at %v held %v lease %v events %v, want at the second's arrival %v, held 1s, lease %v, no events",
+				r.reply.At, r.reply.Held, r.reply.LeaseTimeout, r.reply.Events, arrived, lease)
 		}
 		if st := m.Stats(); st.Parked != 1 {
 			t.Fatalf("Parked = %d, want 1", st.Parked)
@@ -197,9 +215,39 @@ func TestKeepAliveSuperseded(t *testing.T) {
 			t.Fatal("second KeepAlive answered early")
 		}
 		sleep(1)
-		if r, ok := returned(second); !ok || r.err != nil {
-			t.Fatalf("second KeepAlive: %+v (returned %v)", r, ok)
+		if r, ok := returned(second); !ok || r.err != nil || r.reply.Superseded || r.reply.Held != lease-early {
+			t.Fatalf("second KeepAlive: %+v (returned %v), want held %v", r, ok, lease-early)
 		}
+	})
+	t.Run("extension ended", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			const ext = 6 * time.Second
+			m := newManager(t, Config{MaxLease: lease + ext}, false)
+			if err := m.SetLeaseExtension(ext); err != nil {
+				t.Fatal(err)
+			}
+			mustAdd(t, m, 1)
+			t0 := monotime.Now()
+			first := goKeepAlive(t.Context(), m, 1, 0) // renews to t0+lease+ext
+			if err := m.SetLeaseExtension(0); err != nil {
+				t.Fatal(err)
+			}
+			sleep(time.Second)
+			second := goKeepAlive(t.Context(), m, 1, 0) // renews to t0+1s+lease: less
+			r, ok := returned(first)
+			if !ok || r.err != nil || !r.reply.Superseded {
+				t.Fatalf("first KeepAlive: %+v (returned %v), want a Superseded reply", r, ok)
+			}
+			held, err := m.Lease(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end := r.reply.At.Add(r.reply.LeaseTimeout); end != t0.Add(lease+ext) || held != r.reply.LeaseTimeout {
+				t.Fatalf("superseded reply proves a lease to %v, master holds %v from now; want t0+%v",
+					end.Sub(t0), held, lease+ext)
+			}
+			_ = second
+		})
 	})
 }
 

@@ -44,7 +44,11 @@ func Dial(ctx context.Context, cfg DialConfig) (*ClientConn, error) {
 	pc := cfg.PacketConn
 	if pc == nil {
 		var lc net.ListenConfig
-		if pc, err = lc.ListenPacket(ctx, "udp", ":0"); err != nil {
+		local := cfg.LocalAddr
+		if local == "" {
+			local = ":0"
+		}
+		if pc, err = lc.ListenPacket(ctx, "udp", local); err != nil {
 			return nil, fmt.Errorf("transport: dial: %w", err)
 		}
 	}
@@ -136,10 +140,21 @@ func (c *ClientConn) Call(ctx context.Context, tag uint16, req any) (Frame, erro
 
 // OpenStream opens a stream for a long-poll or any exchange of several
 // frames, waiting for a free stream if the replica's limit is reached. It
-// returns ctx's error if ctx ends first, ErrConnClosed (wrapped) if the
-// connection has failed, and ErrClosed after Close.
+// returns ctx's error if ctx ends first (wrapped with ErrStreamLimit if it
+// ended while OpenStream waited for a free stream), ErrConnClosed (wrapped)
+// if the connection has failed, and ErrClosed after Close.
 func (c *ClientConn) OpenStream(ctx context.Context) (*ClientStream, error) {
-	qs, err := c.conn.OpenStreamSync(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	qs, err := c.conn.OpenStream()
+	var full *quic.StreamLimitReachedError
+	if errors.As(err, &full) {
+		qs, err = c.conn.OpenStreamSync(ctx)
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (waited for a free stream): %w", ErrStreamLimit, ctx.Err())
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

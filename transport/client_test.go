@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -328,8 +329,8 @@ func TestClientStreamLimit(t *testing.T) {
 		}
 		short, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if _, err := c.OpenStream(short); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("third stream: %v, want to wait", err)
+		if _, err := c.OpenStream(short); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrStreamLimit) {
+			t.Fatalf("third stream: %v, want to wait and then ErrStreamLimit", err)
 		}
 		close(release)
 		for _, st := range held {
@@ -344,10 +345,11 @@ func TestClientStreamLimit(t *testing.T) {
 	})
 }
 
-// TestConnLimitPerIP: MaxConnsPerIP refuses the connection over the limit
-// from one IP, not from others, and frees a slot when a connection closes;
-// replicas, known by address, are exempt although here they all share one
-// IP with the clients.
+// TestConnLimitPerIP: MaxConnsPerIP closes the connection over the limit
+// from one IP with ErrTooManyConns naming the limit, not those from
+// others, and frees a slot when a connection closes; replicas, known by
+// address, are exempt although here they all share one IP with the
+// clients.
 func TestConnLimitPerIP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t, 1, 2, 3)
@@ -378,10 +380,15 @@ func TestConnLimitPerIP(t *testing.T) {
 		if err != nil {
 			t.Fatalf("first client from the replicas' IP: %v", err)
 		}
-		if _, err := dial("10.0.0.1"); !errors.Is(err, ErrNoReplica) {
-			t.Fatalf("second connection from one IP: %v", err)
+		over, err := dial("10.0.0.1")
+		if err != nil {
+			t.Fatalf("second connection from one IP: the handshake should complete, then close: %v", err)
 		}
-		// Every Initial packet of a refused attempt is refused (and counted).
+		_, err = over.Call(context.Background(), 1, testMsg{})
+		if !errors.Is(err, ErrTooManyConns) || !errors.Is(err, ErrConnClosed) || !strings.Contains(err.Error(), "max_conns_per_ip") {
+			t.Fatalf("call on the connection over the limit: %v, want ErrTooManyConns naming max_conns_per_ip", err)
+		}
+		over.Close()
 		if n := s.eps[1].Stats().RefusedConnLimit; n == 0 {
 			t.Fatalf("RefusedConnLimit = %d", n)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"time"
 )
 
@@ -45,11 +46,25 @@ const (
 	// DefaultRecvQueueLen is the buffer of the Recv channel.
 	DefaultRecvQueueLen = 1024
 	// DefaultMaxStreamsPerClient is the number of concurrent streams a client
-	// connection may have open; further OpenStream calls wait.
-	DefaultMaxStreamsPerClient = 100
+	// connection may have open; further OpenStream calls wait (and fail
+	// with ErrStreamLimit if their context ends first). A stream is one
+	// call in flight (a blocking Acquire or a KeepAlive long-poll parks
+	// one).
+	DefaultMaxStreamsPerClient = 256
 	// DefaultMaxConnsPerIP is the number of connections (handshaking or
 	// open) one source IP may hold. Replicas, known by address, are exempt.
-	DefaultMaxConnsPerIP = 64
+	// It is sized for a host that runs hundreds of client processes behind
+	// one address (NAT, a Kubernetes node), each with one connection to the
+	// master and brief ones to the other replicas while it looks for it;
+	// with DefaultMaxStreamsPerClient it still bounds what one address can
+	// park at a replica (1024 × 256 streams).
+	DefaultMaxConnsPerIP = 1024
+	// overLimitSlack is how many connections over MaxConnsPerIP one IP may
+	// have in their handshake at once: each is completed only to be closed
+	// with ConnCodeTooManyConns, so its client learns which limit it hit.
+	// Beyond that, further attempts are refused before the handshake
+	// (CONNECTION_REFUSED), so the cost of a flood stays bounded.
+	overLimitSlack = 16
 	// DefaultReconnectMin and DefaultReconnectMax bound the jittered
 	// exponential backoff between dials to a peer.
 	DefaultReconnectMin = 50 * time.Millisecond
@@ -104,11 +119,15 @@ type Config struct {
 	// RecvQueueLen is the buffer of the channel Recv returns. If zero,
 	// DefaultRecvQueueLen.
 	RecvQueueLen int
-	// MaxStreamsPerClient limits concurrent streams per client connection.
-	// If zero, DefaultMaxStreamsPerClient.
+	// MaxStreamsPerClient limits concurrent streams per client connection:
+	// a client's further streams wait for one to end. If zero,
+	// DefaultMaxStreamsPerClient (256).
 	MaxStreamsPerClient int
-	// MaxConnsPerIP limits connections per source IP, replicas exempt. If
-	// zero, DefaultMaxConnsPerIP; if negative, unlimited.
+	// MaxConnsPerIP limits connections per source IP, replicas exempt. A
+	// connection over the limit is closed right after its handshake with
+	// ConnCodeTooManyConns (its client sees ErrTooManyConns); a flood
+	// beyond that is refused before the handshake. If zero,
+	// DefaultMaxConnsPerIP (1024); if negative, unlimited.
 	MaxConnsPerIP int
 	// HandshakeTimeout bounds handshakes. If zero, DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
@@ -255,6 +274,11 @@ type DialConfig struct {
 	// IdleTimeout is the connection's idle timeout; keep-alives go out every
 	// third of it. If zero, DefaultClientIdleTimeout.
 	IdleTimeout time.Duration
+	// LocalAddr, if set, is the local address the new UDP socket binds:
+	// an IP ("127.0.0.2") or "ip:port" (port 0 or none: any free port).
+	// One machine can so stand in for many hosts (127.0.0.2, 127.0.0.3, …
+	// are all loopback on Linux). Ignored when PacketConn is set.
+	LocalAddr string
 	// PacketConn, if set, carries the connection instead of a new UDP
 	// socket (for tests with an in-process network). Dial takes ownership:
 	// it is closed when Dial fails or the ClientConn closes, so use a fresh
@@ -281,6 +305,13 @@ func (c DialConfig) populate() (DialConfig, error) {
 	if c.HandshakeTimeout < 0 || c.IdleTimeout < 0 {
 		return c, fmt.Errorf("%w: negative timeout", ErrInvalidConfig)
 	}
+	if c.LocalAddr != "" {
+		la, err := localAddr(c.LocalAddr)
+		if err != nil {
+			return c, fmt.Errorf("%w: LocalAddr: %w", ErrInvalidConfig, err)
+		}
+		c.LocalAddr = la
+	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
@@ -291,4 +322,16 @@ func (c DialConfig) populate() (DialConfig, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// localAddr turns an IP or "ip:port" into the "ip:port" to bind.
+func localAddr(a string) (string, error) {
+	if ip, err := netip.ParseAddr(a); err == nil {
+		return netip.AddrPortFrom(ip, 0).String(), nil
+	}
+	ap, err := netip.ParseAddrPort(a)
+	if err != nil {
+		return "", fmt.Errorf("%q is neither an IP nor ip:port", a)
+	}
+	return ap.String(), nil
 }

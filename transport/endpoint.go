@@ -33,6 +33,16 @@ var (
 	// ErrNoReplica reports a Dial that reached no replica; the error of
 	// each attempt is joined to it.
 	ErrNoReplica = errors.New("transport: no replica reachable")
+	// ErrTooManyConns reports a connection the replica closed because its
+	// source address already holds Config.MaxConnsPerIP connections there
+	// (the replica's message, naming the limit, is in the error). It also
+	// matches ErrConnClosed.
+	ErrTooManyConns = errors.New("transport: too many connections from this address")
+	// ErrStreamLimit reports an OpenStream (or Call) whose context ended
+	// while it waited for a free stream: the connection had as many streams
+	// open as the replica allows (Config.MaxStreamsPerClient). ctx's error
+	// is wrapped too.
+	ErrStreamLimit = errors.New("transport: the replica's limit of concurrent streams per connection (max_streams_per_conn) is reached")
 )
 
 // StreamErrorCode and ApplicationErrorCode are quic-go's stream and
@@ -65,6 +75,8 @@ const (
 	// ConnCodeReplaced closes a peer connection superseded by a newer one
 	// from the same replica.
 	ConnCodeReplaced ApplicationErrorCode = 0x3
+	// ConnCodeTooManyConns closes a client connection over MaxConnsPerIP.
+	ConnCodeTooManyConns ApplicationErrorCode = 0x4
 )
 
 // PeerMessage is one message received from a peer.
@@ -131,6 +143,9 @@ type Endpoint struct {
 		inbound map[uint64]*inboundPeer
 		conns   map[*quic.Conn]struct{}
 		perIP   map[netip.Addr]int
+		// overIP counts, per IP, the connections over MaxConnsPerIP that
+		// are being completed only to be closed with ConnCodeTooManyConns.
+		overIP map[netip.Addr]int
 	}
 	closeOnce sync.Once
 }
@@ -167,6 +182,7 @@ func Listen(ctx context.Context, cfg Config) (*Endpoint, error) {
 	e.mu.inbound = map[uint64]*inboundPeer{}
 	e.mu.conns = map[*quic.Conn]struct{}{}
 	e.mu.perIP = map[netip.Addr]int{}
+	e.mu.overIP = map[netip.Addr]int{}
 	for id, addr := range cfg.Peers {
 		if id == cfg.ID {
 			continue
@@ -319,27 +335,40 @@ func (e *Endpoint) untrack(c *quic.Conn) {
 	e.mu.Unlock()
 }
 
+// overLimitKey marks the context of a connection admitted over
+// MaxConnsPerIP; its value is the message to close it with.
+type overLimitKey struct{}
+
 // connContext runs before the handshake of every incoming connection and
-// enforces MaxConnsPerIP; peers, known by address, are exempt.
+// enforces MaxConnsPerIP; peers, known by address, are exempt. A connection
+// over the limit is admitted (up to overLimitSlack of them per IP at once)
+// only so that acceptLoop can close it with ConnCodeTooManyConns and a
+// message naming the limit; beyond the slack it is refused outright.
 func (e *Endpoint) connContext(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
 	ap, ok := addrPort(info.RemoteAddr)
 	if !ok || e.peerAddrs[ap] || e.cfg.MaxConnsPerIP < 0 {
 		return ctx, nil
 	}
 	ip := ap.Addr()
+	limit := e.cfg.MaxConnsPerIP
+	counts := e.mu.perIP
 	e.mu.Lock()
-	if e.mu.perIP[ip] >= e.cfg.MaxConnsPerIP {
-		e.mu.Unlock()
-		e.stats.refusedConnLimit.Add(1)
-		e.log.Warn("transport: connection refused: too many from one address", "ip", ip.String(), "limit", e.cfg.MaxConnsPerIP)
-		return nil, fmt.Errorf("transport: too many connections from %s", ip)
+	if e.mu.perIP[ip] >= limit {
+		counts = e.mu.overIP
+		if e.mu.overIP[ip] >= overLimitSlack {
+			e.mu.Unlock()
+			e.stats.refusedConnLimit.Add(1)
+			return nil, fmt.Errorf("transport: too many connections from %s", ip)
+		}
+		ctx = context.WithValue(ctx, overLimitKey{}, fmt.Sprintf(
+			"too many connections from %s: this replica allows %d per address (max_conns_per_ip)", ip, limit))
 	}
-	e.mu.perIP[ip]++
+	counts[ip]++
 	e.mu.Unlock()
 	context.AfterFunc(ctx, func() {
 		e.mu.Lock()
-		if e.mu.perIP[ip]--; e.mu.perIP[ip] <= 0 {
-			delete(e.mu.perIP, ip)
+		if counts[ip]--; counts[ip] <= 0 {
+			delete(counts, ip)
 		}
 		e.mu.Unlock()
 	})
@@ -380,6 +409,14 @@ func (e *Endpoint) acceptLoop() {
 		}
 		if !e.track(c) {
 			return
+		}
+		if msg, over := c.Context().Value(overLimitKey{}).(string); over {
+			e.untrack(c)
+			e.stats.refusedConnLimit.Add(1)
+			e.log.Warn("transport: connection closed: too many from one address",
+				"remote", c.RemoteAddr().String(), "limit", e.cfg.MaxConnsPerIP)
+			_ = c.CloseWithError(ConnCodeTooManyConns, msg)
+			continue
 		}
 		e.wg.Go(func() {
 			defer e.untrack(c)

@@ -2,8 +2,10 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -238,5 +240,36 @@ func BenchmarkClientCall(b *testing.B) {
 				report(b, start, cpu0)
 			})
 		}
+	}
+}
+
+// TestDialLocalAddr: DialConfig.LocalAddr binds the client's socket to the
+// given loopback IP, and the replica sees the connection come from it, so
+// one machine can stand in for many client hosts.
+func TestDialLocalAddr(t *testing.T) {
+	remotes := make(chan net.Addr, 2)
+	ca, a, _ := loopbackPair(t, func(ctx context.Context, s *ServerStream) {
+		remotes <- s.RemoteAddr()
+		echo(ctx, s)
+	})
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3:0"} {
+		c, err := Dial(context.Background(), DialConfig{Addrs: []string{a.Addr().String()}, CA: ca.Pool(), LocalAddr: ip, Logger: testLogger()})
+		if err != nil {
+			t.Fatalf("LocalAddr %s: %v", ip, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := c.Call(ctx, 1, testMsg{}); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		want, _, _ := strings.Cut(ip, ":")
+		got := (<-remotes).(*net.UDPAddr).IP.String()
+		if got != want || c.LocalAddr().(*net.UDPAddr).IP.String() != want {
+			t.Fatalf("LocalAddr %s: replica saw %s, local %s", ip, got, c.LocalAddr())
+		}
+		c.Close()
+	}
+	if _, err := Dial(context.Background(), DialConfig{Addrs: []string{a.Addr().String()}, CA: ca.Pool(), LocalAddr: "not-an-ip"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("bad LocalAddr: %v, want ErrInvalidConfig", err)
 	}
 }

@@ -121,6 +121,9 @@ func streamErr(err error) error {
 		he *quic.HandshakeTimeoutError
 		re *quic.StatelessResetError
 	)
+	if errors.As(err, &ae) && ae.Remote && ae.ErrorCode == ConnCodeTooManyConns {
+		return fmt.Errorf("%w: %w: %s", ErrConnClosed, ErrTooManyConns, ae.ErrorMessage)
+	}
 	if errors.As(err, &ae) || errors.As(err, &te) || errors.As(err, &ie) || errors.As(err, &he) || errors.As(err, &re) || errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrConnClosed, err)
 	}

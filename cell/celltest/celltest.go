@@ -357,6 +357,15 @@ func (c *Cell) Partition(groups ...[]uint64) {
 	}
 }
 
+// Mute drops every peer message replica id sends, on top of the
+// partitions in force (a one-way partition: it still hears its peers).
+// Heal or the next Partition ends it.
+func (c *Cell) Mute(id uint64) {
+	if err := c.faults.AddRule(transport.Rule{From: id, Drop: 1}); err != nil {
+		c.t.Fatalf("celltest: mute: %v", err)
+	}
+}
+
 // CutClients makes replica id unreachable for clients (cut true) or
 // reachable again (false).
 func (c *Cell) CutClients(id uint64, cut bool) {
@@ -478,6 +487,19 @@ func (c *Cell) PacketConn() (net.PacketConn, error) {
 	port := c.mu.nextPort
 	c.mu.Unlock()
 	return c.net.Listen(fmt.Sprintf("10.1.%d.%d:%d", port/250%250, port%250+1, 20000+port/62500))
+}
+
+// PacketConnFrom returns a function that makes fresh client sockets all on
+// one IP (ip, e.g. "10.2.0.1"), each on a new port: for many client
+// processes behind one address (client.Config.PacketConn).
+func (c *Cell) PacketConnFrom(ip string) func() (net.PacketConn, error) {
+	return func() (net.PacketConn, error) {
+		c.mu.Lock()
+		c.mu.nextPort++
+		port := c.mu.nextPort
+		c.mu.Unlock()
+		return c.net.Listen(fmt.Sprintf("%s:%d", ip, 1024+port%60000))
+	}
 }
 
 // Dial connects a client with cfg (from ClientConfig, adjusted) and

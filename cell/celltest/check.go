@@ -48,7 +48,8 @@ func (c *Cell) WaitConverged(ctx context.Context) error {
 		case <-ctx.Done():
 			msg := ""
 			for _, st := range sts {
-				msg += fmt.Sprintf("\n  replica %d: applied %d checksum %x role %s", st.ID, st.Applied, st.Checksum, st.Role)
+				msg += fmt.Sprintf("\n  replica %d: applied %d (core chosen %d) checksum %x role %s epoch %v leader %d loop stuck %v",
+					st.ID, st.Applied, st.Chosen, st.Checksum, st.Role, api.Epoch(st.Epoch), st.Leader, st.LoopStuck)
 			}
 			return fmt.Errorf("%w:%s", ErrNotConverged, msg)
 		case <-time.After(20 * time.Millisecond):

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,12 +38,18 @@ type fileConfig struct {
 	// PEM), the same file on every replica.
 	SigningKeyFile string `json:"signing_key_file"`
 	HTTPAddr       string `json:"http_addr,omitempty"`
-	Tick           string `json:"tick,omitempty"`
-	LeaseTicks     int    `json:"lease_ticks,omitempty"`
-	HeartbeatTicks int    `json:"heartbeat_ticks,omitempty"`
-	ElectionTicks  int    `json:"election_ticks,omitempty"`
-	DriftPPM       uint32 `json:"drift_ppm,omitempty"`
-	SessionLease   string `json:"session_lease,omitempty"`
+	// Pprof serves the Go runtime's profiles at /debug/pprof/ on the HTTP
+	// listener, to the addresses in PprofAllow only (cell.Config.Pprof).
+	Pprof bool `json:"pprof,omitempty"`
+	// PprofAllow lists the prefixes ("10.0.0.9/32") whose requests to
+	// /debug/pprof/ are served; empty means loopback only.
+	PprofAllow     []string `json:"pprof_allow,omitempty"`
+	Tick           string   `json:"tick,omitempty"`
+	LeaseTicks     int      `json:"lease_ticks,omitempty"`
+	HeartbeatTicks int      `json:"heartbeat_ticks,omitempty"`
+	ElectionTicks  int      `json:"election_ticks,omitempty"`
+	DriftPPM       uint32   `json:"drift_ppm,omitempty"`
+	SessionLease   string   `json:"session_lease,omitempty"`
 	// MaxSessionLease is the longest lease a master under load may grant
 	// (the same on every replica); empty means session_lease.
 	MaxSessionLease string `json:"max_session_lease,omitempty"`
@@ -51,6 +58,13 @@ type fileConfig struct {
 	// (cell.Config.KeepAliveCadence); empty means a twelfth of
 	// session_lease, a negative duration none (Chubby's rule).
 	KeepAliveCadence string `json:"keepalive_cadence,omitempty"`
+	// MaxConnsPerIP bounds the client connections from one source address
+	// (cell.Config.MaxConnsPerIP); 0 means the default (1024), negative
+	// unlimited.
+	MaxConnsPerIP int `json:"max_conns_per_ip,omitempty"`
+	// MaxStreamsPerConn bounds the concurrent calls of one client
+	// connection (cell.Config.MaxStreamsPerConn); 0 means the default (256).
+	MaxStreamsPerConn int `json:"max_streams_per_conn,omitempty"`
 	// FaultInjection serves /debug/faults on the HTTP listener (test cells
 	// only: it lets anyone who reaches that listener partition the cell).
 	FaultInjection bool `json:"fault_injection,omitempty"`
@@ -143,6 +157,7 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 		ID: fc.ID, Cell: fc.Cell, DataDir: rel(fc.DataDir), HTTPAddr: fc.HTTPAddr,
 		LeaseTicks: fc.LeaseTicks, HeartbeatTicks: fc.HeartbeatTicks, ElectionTicks: fc.ElectionTicks,
 		DriftPPM: fc.DriftPPM, SnapshotEvery: fc.SnapshotEvery, ClockScale: fc.ClockScale, Logger: log,
+		MaxConnsPerIP: fc.MaxConnsPerIP, MaxStreamsPerConn: fc.MaxStreamsPerConn,
 		Replicas: map[uint64]string{},
 	}
 	for k, v := range fc.Replicas {
@@ -189,6 +204,14 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 	}
 	cfg.FaultInjection = fc.FaultInjection
 	cfg.UnsafeNoFsync = fc.UnsafeNoFsync
+	cfg.Pprof = fc.Pprof
+	for _, s := range fc.PprofAllow {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return cfg, fmt.Errorf("pprof_allow: %w", err)
+		}
+		cfg.PprofAllow = append(cfg.PprofAllow, p.Masked())
+	}
 	return cfg, nil
 }
 

@@ -59,3 +59,49 @@ func TestTestKnobsNeedFaultInjection(t *testing.T) {
 		}
 	}
 }
+
+// TestConnLimitSettings: max_conns_per_ip and max_streams_per_conn in a
+// replica's config reach cell.Config; left out, they stay zero (the
+// transport's defaults).
+func TestConnLimitSettings(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	if code := run([]string{"init", "--dir", dir + "/cell", "--cell", "limits", "--replicas", "127.0.0.1:1"}, &out, &out); code != 0 {
+		t.Fatalf("init exited %d: %s", code, out.String())
+	}
+	base := filepath.Join(dir, "cell", "replica-1.json")
+	b, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []bool{false, true} {
+		if set {
+			m["max_conns_per_ip"] = 300
+			m["max_streams_per_conn"] = 40
+		}
+		b, _ = json.Marshal(m)
+		file := filepath.Join(dir, "cell", "limits.json")
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fc, err := readFileConfig(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := fc.replicaConfig(file, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := [2]int{}
+		if set {
+			want = [2]int{300, 40}
+		}
+		if got := [2]int{cfg.MaxConnsPerIP, cfg.MaxStreamsPerConn}; got != want {
+			t.Fatalf("set=%v: MaxConnsPerIP, MaxStreamsPerConn = %v, want %v", set, got, want)
+		}
+	}
+}

@@ -4,6 +4,8 @@
 //	lockcelld dev [flags]           run a whole five-replica cell in this process
 //	lockcelld dev --procs           the same as five serve processes (make run-procs)
 //	lockcelld init [flags]          write certificates and configs for a cell (in ./deploy)
+//	lockcelld restore --from FILE   build a new cell's replica data directory from a backup
+//	lockcelld check --dir DIR       verify a replica's data directory offline
 //
 // Run any subcommand with --help for its flags.
 package main
@@ -48,6 +50,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDev(args[1:], stdout, stderr)
 	case "init":
 		return cmdInit(args[1:], stdout, stderr)
+	case "restore":
+		return cmdRestore(args[1:], stdout, stderr)
+	case "check":
+		return cmdCheck(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -66,6 +72,11 @@ Usage:
                                   with --procs, one process per replica (make run-procs)
   lockcelld init [flags]          write certificates, replica configs and new-member
                                   data directories for a new cell
+  lockcelld restore --from FILE --config FILE
+                                  build a replica's data directory of a NEW cell from a
+                                  backup (lockctl snapshot save); once per replica
+  lockcelld check --dir DIR       verify a stopped replica's data directory offline
+                                  (or --backup FILE: a backup file); exit 1 on a problem
 
 Run 'lockcelld COMMAND --help' for a command's flags.
 `)

@@ -78,6 +78,7 @@ func init() {
 		{"status", "show the cell's replicas, master, epoch and slots", cmdStatus},
 		{"cell", "operate the cell: stepdown (administrator)", cmdCell},
 		{"tenant", "create, update or list tenants (administrator)", cmdTenant},
+		{"snapshot", "save a backup of the cell's state (administrator)", cmdSnapshot},
 		{"certs", "create a CA and certificates", cmdCerts},
 	}
 }

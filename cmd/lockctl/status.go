@@ -59,7 +59,7 @@ it has one and no token was given).`)
 	} else {
 		printStatus(e, answers, admin || e.admin)
 		if f.PublicKey != "" {
-			fmt.Fprintf(e.stdout, "sequencer public key: %s\n", f.PublicKey)
+			fmt.Fprintf(e.stdout, "sequencer public key: %s\n", f.PublicKeyPath())
 		}
 	}
 	answered := 0

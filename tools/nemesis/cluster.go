@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -407,32 +406,20 @@ type MasterSample struct {
 	Epoch string
 }
 
-var statusLine = regexp.MustCompile(`Replica (\d+) \((.+?)\)\. Master: [^,]*, epoch (\d+\.\d+)\.`)
-
-// MasterOf fetches replica id's status page and reads its role and epoch.
+// MasterOf fetches replica id's /status and reads its role and epoch. The
+// role there is computed by the same check that admits client requests, at
+// request time (a gauge updated by the run loop could lag, as after a
+// pause).
 func (c *Cluster) MasterOf(ctx context.Context, id uint64) (MasterSample, error) {
 	var ms MasterSample
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.rep(id).httpAddr+"/", nil)
+	st, err := c.Status(ctx, id)
 	if err != nil {
 		return ms, err
 	}
-	resp, err := c.httpc.Do(req)
-	if err != nil {
-		return ms, err
+	if st.Replica != id {
+		return ms, fmt.Errorf("nemesis: status of %d: answered by replica %d", id, st.Replica)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return ms, fmt.Errorf("nemesis: status page of %d: %s", id, resp.Status)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return ms, err
-	}
-	m := statusLine.FindSubmatch(b)
-	if m == nil || string(m[1]) != strconv.FormatUint(id, 10) {
-		return ms, fmt.Errorf("nemesis: status page of %d: no role line", id)
-	}
-	ms.Master, ms.Epoch = string(m[2]) == "master", string(m[3])
+	ms.Master, ms.Epoch = st.Role == api.RoleMaster, st.Epoch.String()
 	return ms, nil
 }
 

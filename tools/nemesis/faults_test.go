@@ -2,13 +2,16 @@ package nemesis
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -43,27 +46,36 @@ func TestSetFaultsWire(t *testing.T) {
 	}
 }
 
-// TestMasterOfPage reads the role and epoch off a status page in the
-// cell's format (cell/http.go).
-func TestMasterOfPage(t *testing.T) {
-	page := map[string]string{
-		"/": `<h1>lockcell cell <code>n</code></h1>
-<p>Replica 1 (master). Master: replica 1, epoch 7.1.</p>`,
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(page[r.URL.Path])) }))
+// TestMasterOfStatus reads the role and epoch off a replica's /status, in
+// the cell's own JSON form (api.CellStatusResponse, as cell/http.go
+// encodes it).
+func TestMasterOfStatus(t *testing.T) {
+	var st api.CellStatusResponse
+	var mu sync.Mutex
+	set := func(v api.CellStatusResponse) { mu.Lock(); st = v; mu.Unlock() }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path != "/status" {
+			http.NotFound(w, r)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(&st)
+	}))
 	defer srv.Close()
 	c := &Cluster{httpc: &http.Client{Timeout: 2 * time.Second},
 		reps: []*replica{{id: 1, httpAddr: strings.TrimPrefix(srv.URL, "http://")}}}
+	set(api.CellStatusResponse{Replica: 1, Role: api.RoleMaster, Master: 1, Epoch: api.Epoch(7<<16 | 1)})
 	ms, err := c.MasterOf(context.Background(), 1)
 	if err != nil || !ms.Master || ms.Epoch != "7.1" {
-		t.Fatalf("master page: %+v %v", ms, err)
+		t.Fatalf("master: %+v %v", ms, err)
 	}
-	page["/"] = `<p>Replica 1 (replica). Master: none known, epoch 0.0.</p>`
+	set(api.CellStatusResponse{Replica: 1, Role: api.RoleFollower})
 	if ms, err := c.MasterOf(context.Background(), 1); err != nil || ms.Master || ms.Epoch != "0.0" {
-		t.Fatalf("replica page: %+v %v", ms, err)
+		t.Fatalf("follower: %+v %v", ms, err)
 	}
-	page["/"] = `<p>Replica 2 (master). Master: replica 2, epoch 7.2.</p>`
+	set(api.CellStatusResponse{Replica: 2, Role: api.RoleMaster, Master: 2, Epoch: api.Epoch(7<<16 | 2)})
 	if _, err := c.MasterOf(context.Background(), 1); err == nil {
-		t.Fatal("another replica's page accepted")
+		t.Fatal("another replica's status accepted")
 	}
 }

@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/tools/fencedkv"
 )
 
@@ -73,8 +75,8 @@ func TestUnappliedFault(t *testing.T) {
 	// Replica 1 is a real (sleeping) process whose HTTP listener says it is
 	// master but refuses fault rules.
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte(`<p>Replica 1 (master). Master: replica 1, epoch 3.1.</p>`))
+	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(&api.CellStatusResponse{Replica: 1, Role: api.RoleMaster, Master: 1, Epoch: api.Epoch(3<<16 | 1)})
 	})
 	mux.HandleFunc("/debug/faults/rules", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no", http.StatusInternalServerError)

@@ -1,0 +1,74 @@
+package cell
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The comparison judges a peer's checksum only at a slot it remembers,
+// counts equal ones, and counts and logs a differing one loudly.
+func TestSumCompare(t *testing.T) {
+	var s sumCompare
+	reg := prometheus.NewRegistry()
+	registerSumMetrics(reg, &s)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	for slot := uint64(1); slot <= 2*sumHistoryLen; slot++ {
+		s.record(slot, slot*7)
+	}
+	if slot, sum := s.latest(); slot != 2*sumHistoryLen || sum != slot*7 {
+		t.Fatalf("latest: %d %d", slot, sum)
+	}
+	cases := []struct {
+		slot, sum          uint64
+		compared, diverged bool
+	}{
+		{2 * sumHistoryLen, 2 * sumHistoryLen * 7, true, false},
+		{sumHistoryLen + 1, (sumHistoryLen + 1) * 7, true, false},
+		{sumHistoryLen, sumHistoryLen * 7, false, false}, // forgotten
+		{2*sumHistoryLen + 1, 0, false, false},           // not reached yet
+		{0, 0, false, false},                             // peer knows none
+		{2*sumHistoryLen - 5, 1, true, true},             // diverged
+	}
+	for _, c := range cases {
+		compared, diverged := s.compare(log, 1, 2, c.slot, c.sum)
+		if compared != c.compared || diverged != c.diverged {
+			t.Errorf("compare at slot %d: compared %v diverged %v, want %v %v", c.slot, compared, diverged, c.compared, c.diverged)
+		}
+	}
+	if n := gathered(t, reg, "lockcell_state_comparisons_total"); n != 2 {
+		t.Errorf("comparisons counted: %v, want 2", n)
+	}
+	if n := gathered(t, reg, "lockcell_state_checksum_mismatches_total"); n != 1 {
+		t.Errorf("mismatches counted: %v, want 1", n)
+	}
+	if n := gathered(t, reg, "lockcell_state_compared_slot"); n != 2*sumHistoryLen-5 {
+		t.Errorf("last compared slot: %v, want %d", n, 2*sumHistoryLen-5)
+	}
+	if !strings.Contains(logs.String(), "REPLICAS DIVERGED") || !strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("no loud log line for the divergence:\n%s", logs.String())
+	}
+}
+
+// gathered sums the samples of metric name (counters and gauges) in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return v
+}
