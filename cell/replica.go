@@ -111,6 +111,9 @@ type Replica struct {
 	lastSnap uint64
 	// handing is the planned hand-over StepDown is waiting for; nil if none.
 	handing *handing
+	// promised is the promised ballot of the latest Ready that carried a
+	// HardState.
+	promised paxos.Ballot
 }
 
 // proposal is a command on its way through Paxos. done is called exactly
@@ -658,7 +661,12 @@ func (r *Replica) processReady() error {
 	for r.node.HasReady() {
 		rd := r.node.Ready()
 		endRole := rd.SoftState != nil && !rd.SoftState.Master && r.masterGone(rd.SoftState)
-		if !rd.HardState.IsEmpty() || rd.SoftState != nil {
+		if rd.SoftState != nil || (!rd.HardState.IsEmpty() && rd.HardState.Promised != r.promised) {
+			// A new promise (perhaps our own campaign's) or a new leader:
+			// not on every chosen slot, which costs the master nothing.
+			if !rd.HardState.IsEmpty() {
+				r.promised = rd.HardState.Promised
+			}
 			st := r.node.Status()
 			r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
 		}
