@@ -4,7 +4,10 @@ package api
 // Each RPC is one QUIC stream: the client writes one request frame whose tag
 // is the Method, and the master answers with one frame tagged ReplyOK (body:
 // the method's response type) or ReplyError (body: *Error). KeepAlive is the
-// same exchange on a stream the master holds open as a long-poll.
+// same exchange on a stream the master holds open as a long-poll; a client
+// with many sessions sends their KeepAlives on one KeepAliveStream instead
+// (KeepAliveStreamRequest), so that it parks one stream, not one per
+// session.
 //
 // Every request after CreateSession names its session and the master epoch
 // the client believes in; a request from an older epoch is refused with
@@ -42,6 +45,7 @@ const (
 	MethodRevokeToken
 	MethodListTokens
 	MethodSaveSnapshot
+	MethodKeepAliveStream
 
 	numMethods // keep last
 )
@@ -73,6 +77,7 @@ var methodNames = [...]string{
 	MethodRevokeToken:        "RevokeToken",
 	MethodListTokens:         "ListTokens",
 	MethodSaveSnapshot:       "SaveSnapshot",
+	MethodKeepAliveStream:    "KeepAliveStream",
 }
 
 // String returns the method's name, for example "Acquire".
@@ -178,6 +183,31 @@ type CreateSessionResponse struct {
 type KeepAliveRequest struct {
 	Header
 	Ack uint64 `msgpack:"a"`
+}
+
+// KeepAliveStreamRequest is one KeepAlive sent on a connection's KeepAlive
+// stream. That stream carries the KeepAlives of every session on the
+// connection, so a connection parks one stream however many sessions it
+// carries: the client opens it with a frame tagged MethodKeepAliveStream
+// and goes on writing such frames, one per KeepAlive, for the
+// connection's life; the master answers each, whenever its long-poll ends,
+// with a frame tagged ReplyOK whose body is a KeepAliveStreamReply naming
+// the same Call. Each KeepAlive keeps its own rules exactly (the lease it
+// proves runs from its own send, Held is its own). A malformed frame ends
+// the stream with a ReplyError frame.
+type KeepAliveStreamRequest struct {
+	// Call is the client's number for this KeepAlive, echoed in its reply.
+	Call      uint64           `msgpack:"c"`
+	KeepAlive KeepAliveRequest `msgpack:"k"`
+}
+
+// KeepAliveStreamReply answers one KeepAliveStreamRequest: exactly one of
+// KeepAlive and Err is set.
+type KeepAliveStreamReply struct {
+	// Call is the request's Call.
+	Call      uint64             `msgpack:"c"`
+	KeepAlive *KeepAliveResponse `msgpack:"k,omitempty"`
+	Err       *Error             `msgpack:"err,omitempty"`
 }
 
 // KeepAliveResponse extends the session's lease and carries pending events.

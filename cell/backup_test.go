@@ -53,6 +53,13 @@ func newBackupFixture(t *testing.T) *backupFixture {
 	if _, err := s.Open(ctx, "/t/eph", client.OpenOptions{Create: true, Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
+	// Enough contents that the backup streams in several chunks.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 200<<10/16)
+	for i := range 3 {
+		if _, err := s.Open(ctx, fmt.Sprintf("/t/big%d", i), client.OpenOptions{Create: true, Contents: big}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	l, err := client.NewMutex(s, "/t/lock").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +83,7 @@ func newBackupFixture(t *testing.T) *backupFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if head.Cell != "test" || head.Size != uint64(buf.Len()) || head.Format != cell.BackupFormat || head.Slot == 0 {
+	if head.Cell != "test" || head.Size != uint64(buf.Len()) || head.Size < 2*api.SnapshotChunkSize || head.Format != cell.BackupFormat || head.Slot == 0 {
 		t.Fatalf("backup head %+v for %d bytes", head, buf.Len())
 	}
 	f := &backupFixture{lc: lc, file: filepath.Join(t.TempDir(), "backup.lcb"), head: head, oldGen: l.Generation()}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
@@ -135,6 +136,14 @@ func CheckDataDir(dir string) (rep *CheckReport, err error) {
 		r.problem("the WAL is damaged (a start moves this store aside and rebuilds): %s", damage)
 	default:
 		r.fact("WAL scanned: no damaged record that a later sync vouches for")
+	}
+	if desc, err := pebble.Peek(dir, vfs.Default); err == nil && !desc.Exists {
+		if _, err := os.Stat(filepath.Join(dir, newMemberFile)); err == nil {
+			r.fact("no store yet and the new-member marker is present: a new member of a new cell that never started")
+		} else {
+			r.problem("no store and no new-member marker: the directory was wiped or replaced (the replica rebuilds from its peers at start)")
+		}
+		return r, nil
 	}
 	var corruption []string
 	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: checkPebbleLogger{},

@@ -182,8 +182,9 @@ type Config struct {
 	// MaxStreamsPerConn bounds the concurrent calls (QUIC streams) of one
 	// client connection; further calls wait for a free stream, and fail
 	// with an error naming the limit (transport.ErrStreamLimit) if their
-	// context ends first. A session's KeepAlive long-poll parks one. If
-	// zero, transport.DefaultMaxStreamsPerClient (256).
+	// context ends first. The KeepAlives of all the sessions on a
+	// connection share one stream (api.KeepAliveStreamRequest). If zero,
+	// transport.DefaultMaxStreamsPerClient (256).
 	MaxStreamsPerConn int
 	// Logger receives the replica's logs. If nil, slog.Default().
 	Logger *slog.Logger

@@ -11,6 +11,7 @@ import (
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/transport"
 )
 
 // TestConnLimitPerIPNamed: with MaxConnsPerIP 3, three clients from one
@@ -25,6 +26,9 @@ func TestConnLimitPerIPNamed(t *testing.T) {
 		defer cancel()
 		cfg := c.ClientConfig("", "alice")
 		cfg.PacketConn = c.PacketConnFrom("10.2.0.1")
+		// No probes of every replica beside the search for the master: each
+		// client then holds exactly one connection to the master.
+		cfg.DialPatience = -1
 		var clients []*client.Client
 		for i := range 3 {
 			cl, err := c.TryDial(ctx, cfg)
@@ -35,7 +39,9 @@ func TestConnLimitPerIPNamed(t *testing.T) {
 				t.Fatalf("client %d: session: %v", i, err)
 			}
 			clients = append(clients, cl)
-			time.Sleep(time.Second) // its probes of the other replicas close
+			// Its probes of the other replicas close (one cut off in its
+			// handshake lingers at the replica until the handshake timeout).
+			time.Sleep(4 * transport.DefaultHandshakeTimeout)
 		}
 		_, err := c.TryDial(ctx, cfg)
 		if !errors.Is(err, client.ErrTooManyConns) || !strings.Contains(err.Error(), "max_conns_per_ip") {
@@ -49,7 +55,7 @@ func TestConnLimitPerIPNamed(t *testing.T) {
 			t.Fatalf("client from another address: %v", err)
 		}
 		clients[0].Close()
-		time.Sleep(time.Second) // the replica sees the close
+		time.Sleep(4 * transport.DefaultHandshakeTimeout) // the replica sees the close
 		if _, err := c.TryDial(ctx, cfg); err != nil {
 			t.Fatalf("after a client from that address closed: %v", err)
 		}

@@ -94,6 +94,10 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 		return // the transport already reset a bad stream
 	}
 	method := api.Method(f.Tag)
+	if method == api.MethodKeepAliveStream {
+		r.serveKeepAliveStream(ctx, s, f)
+		return
+	}
 	c := &rpcCall{r: r, method: method, id: s.Identity(), ctx: ctx}
 	start := time.Now()
 	var resp any

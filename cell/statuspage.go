@@ -7,6 +7,10 @@ package cell
 // replica's memory holds: the sessions and locks in the applied state, the
 // master changes this replica saw, and per-tenant call rates measured from
 // its metrics. The page reloads its own body every few seconds.
+//
+// NB: the line "Replica N (role). Master: replica M, epoch E." keeps the
+// form it had before the page grew (scripts that polled the page read it);
+// programs should read /status instead.
 
 import (
 	"html/template"
@@ -293,7 +297,7 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 <p id="unreachable" class="w" hidden></p>
 <h1>lockcell cell <code>{{.Cell}}</code></h1>
 <p id="master" class="m">{{if .Master}}Master: replica {{.Master}} ({{.MasterAddr}}), epoch {{.Epoch}}.{{else}}NO MASTER known to this replica; epoch {{.Epoch}}.{{end}}</p>
-<p>Replica {{.Replica}} ({{.Role}}) serves this page.</p>
+<p>Replica {{.Replica}} ({{.Role}}). Master: {{if .Master}}replica {{.Master}}{{else}}none known{{end}}, epoch {{.Epoch}}.</p>
 <p class="{{if not .Ready}}w{{end}}">Ready: {{.Readiness}}</p>
 {{with .Rebuild}}<p class="{{if .Rebuilding}}w{{end}}">{{if .Rebuilding}}This replica is a learner: it lost durable state and votes in nothing (no promise, no accept, no lease grant) until it has rebuilt from its peers.{{else}}This replica rebuilt lost state after it started.{{end}}<br>
 What was lost ({{.Kind}}): {{.Reason}}{{if .MovedAside}}<br>The damaged store was moved to <code>{{.MovedAside}}</code>; delete it once it is no longer wanted.{{end}}<br>

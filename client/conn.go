@@ -61,6 +61,12 @@ type Client struct {
 		heard   bool
 		heardAt monotime.Time
 	}
+	// kas holds the KeepAlive stream of the current connection (cur,
+	// guarded by lock: a channel, so that waiting for it heeds a context).
+	kas struct {
+		lock chan struct{}
+		cur  *kaStream
+	}
 }
 
 // Dial connects to the cell's master. It returns once it has reached a
@@ -74,6 +80,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.sessions = map[*Session]struct{}{}
+	c.kas.lock = make(chan struct{}, 1)
 	if err := c.findMaster(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -105,9 +112,21 @@ func (c *Client) findMaster(ctx context.Context) error {
 // refused certificate or credential ends it at once; no master and no
 // answer only once DialPatience has passed since the search began, on
 // answers gathered after that (a cell may be electing its first master).
+//
+// It first gives the search an eighth of the patience on its own: a client
+// that finds its master at once (nearly always) opens no probe connections,
+// which would otherwise double its connections to the master while it
+// dials and count against the replica's limit per address.
 func (c *Client) explainNoMaster(ctx context.Context, cancel context.CancelCauseFunc) {
 	patience := c.cfg.DialPatience
 	begin := time.Now()
+	head := time.NewTimer(patience / 8)
+	select {
+	case <-head.C:
+	case <-ctx.Done():
+		head.Stop()
+		return
+	}
 	for ctx.Err() == nil {
 		pctx, pcancel := context.WithTimeout(ctx, patience)
 		answers := c.probe(pctx)

@@ -129,6 +129,10 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 			return nil
 		}
 	}
+	if api.Method(f.Tag) == api.MethodKeepAliveStream {
+		m.serveKeepAliveStream(ctx, s, f, park)
+		return
+	}
 	var resp any
 	switch api.Method(f.Tag) {
 	case api.MethodCellStatus:
@@ -193,6 +197,42 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 		return
 	}
 	_ = s.WriteFrame(ctx, api.ReplyOK, resp)
+}
+
+// serveKeepAliveStream serves a KeepAlive stream: every KeepAlive on it
+// goes to the test (kas) like one on a stream of its own, and its reply
+// goes back on the stream, numbered.
+func (m *fakeMaster) serveKeepAliveStream(ctx context.Context, s *transport.ServerStream, f transport.Frame,
+	park func(*pending, chan *pending) any) {
+	var wmu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		var req api.KeepAliveStreamRequest
+		if err := f.Decode(&req); err != nil {
+			return
+		}
+		p := &pending{ka: req.KeepAlive, reply: make(chan any, 1)}
+		wg.Go(func() {
+			r := park(p, m.kas)
+			if r == nil {
+				return
+			}
+			reply := &api.KeepAliveStreamReply{Call: req.Call}
+			if e, ok := r.(*api.Error); ok {
+				reply.Err = e
+			} else {
+				reply.KeepAlive = r.(*api.KeepAliveResponse)
+			}
+			wmu.Lock()
+			defer wmu.Unlock()
+			_ = s.WriteFrame(ctx, api.ReplyOK, reply)
+		})
+		var err error
+		if f, err = s.ReadFrame(ctx); err != nil {
+			return
+		}
+	}
 }
 
 // config returns a client config for the fake master with the given drift

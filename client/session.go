@@ -895,11 +895,11 @@ func (l *loop) start(now monotime.Time) {
 		before := l.s.c.redirectCount()
 		if hold {
 			// The master gets it (and renews the lease); the reply is lost.
-			_, _ = l.s.c.rpcOnce(ctx, api.MethodKeepAlive, req, &resp)
+			_ = l.s.c.keepAliveOnce(ctx, req, &resp)
 			<-ctx.Done()
 			err = ctx.Err()
 		} else {
-			_, err = l.s.c.rpcOnce(ctx, api.MethodKeepAlive, req, &resp)
+			err = l.s.c.keepAliveOnce(ctx, req, &resp)
 		}
 		redirected := err != nil && l.s.c.redirectedSince(before, err)
 		select {

@@ -48,8 +48,9 @@ const (
 	// DefaultMaxStreamsPerClient is the number of concurrent streams a client
 	// connection may have open; further OpenStream calls wait (and fail
 	// with ErrStreamLimit if their context ends first). A stream is one
-	// call in flight (a blocking Acquire or a KeepAlive long-poll parks
-	// one).
+	// call in flight (a blocking Acquire parks one); the client library
+	// sends the KeepAlives of all the sessions on a connection on one
+	// stream, so this bounds concurrent calls, not sessions.
 	DefaultMaxStreamsPerClient = 256
 	// DefaultMaxConnsPerIP is the number of connections (handshaking or
 	// open) one source IP may hold. Replicas, known by address, are exempt.

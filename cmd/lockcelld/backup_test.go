@@ -190,3 +190,28 @@ func TestBackupSaveRestoreCheckProcs(t *testing.T) {
 		}
 	}
 }
+
+// lockcelld check exits 0 on a new member's directory and 1, saying why,
+// on one that lost its new-member marker and holds no store (wiped).
+func TestCheckExitCodes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cell")
+	if code, out := runCmd("init", "--dir", dir, "--cell", "c", "--replicas", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"); code != 0 {
+		t.Fatalf("init exited %d: %s", code, out)
+	}
+	data := filepath.Join(dir, "data", "replica-1")
+	if code, out := runCmd("check", "--dir", data); code != 0 || !strings.Contains(out, "new member") {
+		t.Fatalf("check of a new member's directory exited %d:\n%s", code, out)
+	}
+	if err := os.Remove(filepath.Join(data, "lockcell-new-member")); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCmd("check", "--config", filepath.Join(dir, "replica-1.json")); code != 1 || !strings.Contains(out, "PROBLEM no store and no new-member marker") {
+		t.Fatalf("check of a wiped directory exited %d:\n%s", code, out)
+	}
+	if code, out := runCmd("check"); code != exitUsage {
+		t.Fatalf("check without a target exited %d:\n%s", code, out)
+	}
+	if code, out := runCmd("check", "--backup", filepath.Join(dir, "replica-1.json")); code != 1 || !strings.Contains(out, "not a lockcell backup") {
+		t.Fatalf("check --backup of a non-backup exited %d:\n%s", code, out)
+	}
+}

@@ -112,9 +112,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 		if rs.ID == uint64(m) {
 			role = api.RoleMaster
 		}
-		want(fmt.Sprintf("replica %d's row", rs.ID), fmt.Sprintf("%d %s %s %s", rs.ID, rs.Addr, role, st.Epoch))
+		// id, address, role, epoch, chosen, applied, lag, heard
+		row := fmt.Sprintf(`(?m)^%d %s %s %s [0-9]+ [0-9]+ [0-9]+ (this replica|[0-9]+ ms ago)$`,
+			rs.ID, regexp.QuoteMeta(rs.Addr), regexp.QuoteMeta(string(role)), regexp.QuoteMeta(st.Epoch.String()))
+		judged++
+		if !regexp.MustCompile(row).MatchString(text) {
+			t.Errorf("the rendered page lacks replica %d's row (%s, %s, epoch %s, slots, lag, heard)", rs.ID, rs.Addr, role, st.Epoch)
+		}
 	}
-	want("this replica's role", fmt.Sprintf("Replica %d (%s) serves this page.", view, api.RoleFollower))
+	want("this replica's role", fmt.Sprintf("Replica %d (%s). Master: replica %d, epoch %s.", view, api.RoleFollower, m, st.Epoch))
 	if !regexp.MustCompile(`Sessions open: [1-9][0-9]*\. Lock grants held: [1-9][0-9]*\.`).MatchString(text) {
 		t.Errorf("the rendered page shows no open session and held lock")
 	}

@@ -1,0 +1,91 @@
+package cell_test
+
+import (
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+)
+
+// TestKeepAliveStream: one stream carries the KeepAlives of two sessions
+// and answers each by its Call; a KeepAlive for another principal's
+// session gets its own error reply and the stream carries on; a malformed
+// frame ends the stream with a ReplyError frame (invariant 6: a clear
+// error, nothing changed).
+func TestKeepAliveStream(t *testing.T) {
+	lc := startCell(t, 3, nil)
+	ctx := testCtx(t, 30*time.Second)
+	a := newTestClient(t, lc, "t", "alice")
+	a.createSession(ctx)
+	a2 := newTestClient(t, lc, "t", "alice")
+	a2.createSession(ctx)
+	b := newTestClient(t, lc, "t", "bob")
+	b.createSession(ctx)
+
+	s, err := a.conn.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	send := func(call uint64, h api.Header) {
+		t.Helper()
+		req := &api.KeepAliveStreamRequest{Call: call, KeepAlive: api.KeepAliveRequest{Header: h}}
+		if err := s.WriteFrame(ctx, uint16(api.MethodKeepAliveStream), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func() api.KeepAliveStreamReply {
+		t.Helper()
+		f, err := s.ReadFrame(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r api.KeepAliveStreamReply
+		if f.Tag != api.ReplyOK {
+			t.Fatalf("reply tag %#x", f.Tag)
+		}
+		if err := f.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	send(1, a.header())
+	send(2, a2.header())
+	send(3, b.header()) // bob's session, on alice's connection
+	got := map[uint64]api.KeepAliveStreamReply{}
+	for range 3 {
+		r := recv()
+		got[r.Call] = r
+	}
+	for _, call := range []uint64{1, 2} {
+		r := got[call]
+		if r.Err != nil || r.KeepAlive == nil || r.KeepAlive.LeaseTimeout <= 0 || r.KeepAlive.Epoch == 0 {
+			t.Fatalf("call %d: %+v", call, r)
+		}
+	}
+	if r := got[3]; r.KeepAlive != nil || !errors.Is(r.Err, api.ErrPermissionDenied) {
+		t.Fatalf("another principal's session: %+v, want PermissionDenied", r)
+	}
+	// The stream carries on after a refused KeepAlive.
+	send(4, a.header())
+	if r := recv(); r.Call != 4 || r.KeepAlive == nil {
+		t.Fatalf("after a refusal: %+v", r)
+	}
+	// A malformed frame ends the stream with an error frame.
+	if err := s.WriteFrame(ctx, uint16(api.MethodKeepAliveStream), "not a request"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.ReadFrame(ctx)
+	if err != nil || f.Tag != api.ReplyError {
+		t.Fatalf("malformed frame: %v tag %#x, want a ReplyError frame", err, f.Tag)
+	}
+	var ae api.Error
+	if err := f.Decode(&ae); err != nil || ae.Code != api.InvalidArgument {
+		t.Fatalf("malformed frame: %+v %v", ae, err)
+	}
+	if _, err := s.ReadFrame(ctx); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the error frame: %v, want EOF", err)
+	}
+}
