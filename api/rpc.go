@@ -484,6 +484,14 @@ type StepDownRequest struct {
 	Next uint64 `msgpack:"n,omitempty"`
 }
 
+// StepDownResponse answers a StepDown once the master has stopped serving:
+// Successor is the replica it handed mastership to (0 if it stepped down
+// without naming one). A cell that predates it answers an empty message,
+// which decodes as Successor 0.
+type StepDownResponse struct {
+	Successor uint64 `msgpack:"s,omitempty"`
+}
+
 // IssueTokenRequest asks the cell administrator's master to issue a tenant
 // token for Principal of Tenant. The master generates the secret; the
 // replicated state keeps only its SHA-256 hash, so the token is shown once,

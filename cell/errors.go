@@ -36,11 +36,16 @@ func (r *Replica) proposeError(err error) *api.Error {
 	return apiErr(api.Internal, err.Error())
 }
 
-// notMaster is the NotMaster error naming the master this replica knows of.
+// notMaster is the NotMaster error naming the master this replica knows
+// of, or else the successor it handed mastership to (a redirect the
+// client follows at once).
 func (r *Replica) notMaster() *api.Error {
 	e := apiErr(api.NotMaster, "this replica is not the master")
 	if st := r.status.Load(); st != nil && st.Leader != 0 && uint64(st.Leader) != r.cfg.ID {
 		e.Master = r.cfg.Replicas[uint64(st.Leader)]
+	} else if s := r.successor.Load(); s != 0 && s != r.cfg.ID {
+		e.Master = r.cfg.Replicas[s]
+		e.Msg = "this replica handed mastership over"
 	}
 	return e
 }

@@ -79,7 +79,7 @@ func (r *Replica) serveStreamKeepAlive(ctx context.Context, s *transport.ServerS
 	inflight chan struct{}, wg *sync.WaitGroup, write func(uint16, any)) {
 	wg.Go(func() {
 		defer func() { <-inflight }()
-		c := &rpcCall{r: r, method: api.MethodKeepAlive, id: s.Identity()}
+		c := &rpcCall{r: r, method: api.MethodKeepAlive, id: s.Identity(), ctx: ctx}
 		start := time.Now()
 		resp, err := r.keepAliveCall(ctx, c, &req.KeepAlive)
 		r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAlive, err, time.Since(start))

@@ -64,6 +64,17 @@ type Replica struct {
 	leaseDeadline atomic.Int64
 	// master is the master role while this replica leads; nil otherwise.
 	master atomic.Pointer[master]
+	// successor is the replica this one handed mastership to, while it
+	// knows no leader since (paxos Status.Successor): NotMaster names it.
+	successor atomic.Uint64
+	// masterUp is closed, and replaced, whenever this replica starts a
+	// master role (a handler waiting for a take-over watches it).
+	masterUp atomic.Pointer[chan struct{}]
+	// campaigning reports that the core campaigns or leads without a
+	// lease, as of the latest Ready that changed its hard or soft state:
+	// set before the Ready's fsync, so that a successor told to take over
+	// holds the clients that arrive while it makes its promise durable.
+	campaigning atomic.Bool
 	// rebuild describes the loss of state this replica started with and its
 	// rebuild; nil if it started with its state.
 	rebuild atomic.Pointer[RebuildStatus]
@@ -98,6 +109,11 @@ type Replica struct {
 	node     *paxos.Node
 	waiters  map[paxos.ProposalID]*proposal
 	lastSnap uint64
+	// handing is the planned hand-over StepDown is waiting for; nil if none.
+	handing *handing
+	// promised is the promised ballot of the latest Ready that carried a
+	// HardState.
+	promised paxos.Ballot
 }
 
 // proposal is a command on its way through Paxos. done is called exactly
@@ -132,6 +148,8 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		done:     make(chan struct{}),
 		waiters:  map[paxos.ProposalID]*proposal{},
 	}
+	up := make(chan struct{})
+	r.masterUp.Store(&up)
 	// A start that fails removes what it created (undo) and nothing else.
 	before := recordDir(cfg.DataDir)
 	failed := func(err error) (*Replica, error) {
@@ -361,17 +379,40 @@ func (r *Replica) Status() Status {
 	return out
 }
 
+// Serving reports whether this replica serves as master now
+// (Status().Master, without computing the rest of the Status).
+func (r *Replica) Serving() bool { return r.serving() != nil }
+
 // StepDown hands mastership over without waiting out the master lease (a
-// planned hand-over). next names the preferred successor, 0 for any.
+// planned hand-over; see paxos.HandOver): to replica next if not 0, else
+// to the most caught-up peer that answers. The master finishes the
+// commands already in Paxos, holds new ones, waits until the successor
+// knows every chosen slot, then stops serving and asks the successor to
+// take over at once; the held commands and every parked KeepAlive are
+// answered NotMaster naming the successor. StepDown returns once this
+// replica no longer serves. If the successor has not caught up within an
+// election timeout, the master steps down at once anyway (paxos.StepDown,
+// still naming the successor). It returns an error wrapping
+// api.ErrNotMaster on a replica that is not the leader, and ctx's error if ctx ends first
+// (the hand-over goes on).
 func (r *Replica) StepDown(ctx context.Context, next uint64) error {
-	errc := make(chan error, 1)
+	h := &handing{next: paxos.ID(next), done: make(chan error, 1)}
 	f := func() {
-		m := r.master.Load()
-		err := r.node.StepDown(paxos.ID(next))
-		if err == nil && m != nil {
-			r.loseMaster("step-down")
+		if r.handing != nil {
+			r.handing.finish(errors.New("replaced by a newer step-down"))
 		}
-		errc <- err
+		if err := r.node.HandOver(h.next); err != nil {
+			if !errors.Is(err, paxos.ErrNoSuccessor) {
+				h.finish(fmt.Errorf("%w: %w", r.notMaster(), err))
+				return
+			}
+			// Nobody answers: step down at once, naming nobody.
+			h.finish(r.stepDownNow(0, "step-down (no successor answers)"))
+			return
+		}
+		h.to = r.node.Status().HandOver
+		r.handing = h
+		r.log.Info("handing mastership over", "to", h.to)
 	}
 	select {
 	case r.ctlC <- f:
@@ -381,11 +422,77 @@ func (r *Replica) StepDown(ctx context.Context, next uint64) error {
 		return ErrStopped
 	}
 	select {
-	case err := <-errc:
+	case err := <-h.done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-r.done:
+		return ErrStopped
 	}
+}
+
+// handing is a planned hand-over that StepDown waits for.
+type handing struct {
+	next, to paxos.ID
+	done     chan error // buffered; receives the outcome once
+	once     sync.Once
+}
+
+func (h *handing) finish(err error) { h.once.Do(func() { h.done <- err }) }
+
+// checkHandOver ends the StepDown waiting for a hand-over once this
+// replica has stepped down, or, if the core abandoned the hand-over (the
+// successor did not catch up in time), steps down at once. It runs on the
+// loop before processReady, so that a step-down's messages leave at once.
+func (r *Replica) checkHandOver() {
+	h := r.handing
+	if h == nil {
+		return
+	}
+	st := r.node.Status()
+	switch {
+	case !st.IsLeader:
+		r.handing = nil
+		h.finish(nil)
+	case st.HandOver == 0:
+		r.handing = nil
+		r.log.Warn("the successor did not catch up in time; stepping down at once", "to", h.to)
+		h.finish(r.stepDownNow(h.to, "step-down (successor lagging)"))
+	}
+}
+
+// stepDownNow steps down at once (paxos.StepDown), naming next, and ends
+// the master role before the step-down's messages leave. Loop only.
+func (r *Replica) stepDownNow(next paxos.ID, why string) error {
+	if err := r.node.StepDown(next); err != nil {
+		return fmt.Errorf("%w: %w", r.notMaster(), err)
+	}
+	r.leaseDeadline.Store(math.MinInt64)
+	r.successor.Store(uint64(next))
+	r.loseMaster(why)
+	return nil
+}
+
+// masterGone runs on the loop when a Ready reports that this replica is no
+// longer master, before any of the Ready's messages leave: it stops
+// serving at once (no request is admitted from here on), so that nothing
+// this replica says after a step-down (a TimeoutNow, a Release) can let a
+// successor serve while this one still does. It reports whether the master
+// role must end too (the replica no longer leads): processReady ends it
+// once the Ready's messages are sent, so that the successor hears its
+// TimeoutNow before the clients hear the redirect to it. Ending the role a
+// moment later is safe: every request it still answers (a parked
+// KeepAlive) was admitted before this instant, and a client counts the
+// lease a reply grants from when it sent the request, so no lease the
+// replica grants outlasts the full lease the successor's sessions start
+// with when it becomes master, later.
+func (r *Replica) masterGone(soft *paxos.SoftState) bool {
+	r.leaseDeadline.Store(math.MinInt64)
+	if soft.Leader == paxos.ID(r.cfg.ID) {
+		return false // still leads; the lease may come back
+	}
+	r.successor.Store(uint64(r.node.Status().Successor))
+	return r.master.Load() != nil
 }
 
 func (r *Replica) fail(err error) {
@@ -482,6 +589,7 @@ func (r *Replica) run(ctx context.Context) {
 			r.watch.begin()
 			f()
 		}
+		r.checkHandOver()
 		if err := r.processReady(); err != nil {
 			r.fail(err)
 			return
@@ -553,6 +661,16 @@ func (r *Replica) proposeNow(p *proposal) {
 func (r *Replica) processReady() error {
 	for r.node.HasReady() {
 		rd := r.node.Ready()
+		endRole := rd.SoftState != nil && !rd.SoftState.Master && r.masterGone(rd.SoftState)
+		if rd.SoftState != nil || (!rd.HardState.IsEmpty() && rd.HardState.Promised != r.promised) {
+			// A new promise (perhaps our own campaign's) or a new leader:
+			// not on every chosen slot, which costs the master nothing.
+			if !rd.HardState.IsEmpty() {
+				r.promised = rd.HardState.Promised
+			}
+			st := r.node.Status()
+			r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
+		}
 		// Messages that depend on nothing this Ready persists (a leader's
 		// Accepts, chosen values) leave first, so that the leader's own
 		// fsync overlaps its followers' (see paxos.Message.DependsOnPersist).
@@ -580,6 +698,13 @@ func (r *Replica) processReady() error {
 			if m.DependsOnPersist() {
 				r.send(m)
 			}
+		}
+		if endRole {
+			why := "leadership lost"
+			if r.successor.Load() != 0 {
+				why = "handed over"
+			}
+			r.loseMaster(why)
 		}
 		if !rd.Snapshot.IsEmpty() {
 			if err := r.installSnapshot(rd.Snapshot); err != nil {
@@ -706,6 +831,8 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 		deadline = lastTick.Add(time.Duration(st.LeaseTicksLeft-1) * interval)
 	}
 	r.leaseDeadline.Store(int64(deadline))
+	r.successor.Store(uint64(st.Successor))
+	r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
 	prev := r.status.Swap(&st)
 	r.metrics.observeStatus(prev, &st)
 	r.page.noteStatus(&st)
@@ -735,6 +862,50 @@ func (r *Replica) serving() *master {
 	return m
 }
 
+// takingOver reports whether this replica is on its way to serving: it
+// campaigns, or it leads and waits for its lease or for applying what was
+// chosen before its leadership (after a hand-over, a matter of round
+// trips).
+func (r *Replica) takingOver() bool { return r.campaigning.Load() }
+
+// takeOverWait bounds how long a request waits at a replica that is taking
+// over: a quarter of the master lease, the heartbeat's default.
+func (r *Replica) takeOverWait() time.Duration {
+	lease := r.cfg.LeaseTicks
+	if lease == 0 {
+		lease = paxos.DefaultLeaseTicks
+	}
+	return time.Duration(lease/4) * r.tickInterval()
+}
+
+// awaitTakeOver waits, while this replica is taking over, until it serves
+// (returning its master role), takeOverWait has passed, or ctx ends (nil).
+func (r *Replica) awaitTakeOver(ctx context.Context) *master {
+	if !r.takingOver() {
+		return nil
+	}
+	t := time.NewTimer(r.takeOverWait())
+	defer t.Stop()
+	for {
+		up := *r.masterUp.Load()
+		if m := r.serving(); m != nil {
+			return m
+		}
+		if !r.takingOver() {
+			return nil
+		}
+		select {
+		case <-up:
+		case <-t.C:
+			return r.serving()
+		case <-ctx.Done():
+			return nil
+		case <-r.stopping:
+			return nil
+		}
+	}
+}
+
 func (r *Replica) becomeMaster(st paxos.Status) {
 	m, err := newMaster(r, uint64(st.Epoch))
 	if err != nil {
@@ -742,6 +913,10 @@ func (r *Replica) becomeMaster(st paxos.Status) {
 		return
 	}
 	r.master.Store(m)
+	up := make(chan struct{})
+	if old := r.masterUp.Swap(&up); old != nil {
+		close(*old)
+	}
 	r.metrics.masterChanges.Inc()
 	r.log.Info("became master", "epoch", paxos.Ballot(st.Epoch).String(), "applied", r.ns.AppliedSlot())
 }

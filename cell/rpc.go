@@ -25,6 +25,8 @@ type rpcCall struct {
 	// tokenID names the token the caller authenticated with, if any.
 	tokenID string
 	m       *master // set by needMaster
+	// ctx is the request's context (the stream's).
+	ctx context.Context
 }
 
 // handler serves one method: it decodes the request body itself (through
@@ -96,7 +98,7 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 		r.serveKeepAliveStream(ctx, s, f)
 		return
 	}
-	c := &rpcCall{r: r, method: method, id: s.Identity()}
+	c := &rpcCall{r: r, method: method, id: s.Identity(), ctx: ctx}
 	start := time.Now()
 	var resp any
 	h, ok := handlers[method]
@@ -146,9 +148,15 @@ func (c *rpcCall) isAdmin() bool {
 	return c.caller.Tenant == "" && c.caller.Principal == c.r.cfg.AdminPrincipal
 }
 
-// needMaster returns the master role if this replica serves now.
+// needMaster returns the master role if this replica serves now. A
+// replica that is taking over (see takingOver) first waits a little for
+// its master role, so that a client redirected here by a hand-over is
+// served instead of sent searching.
 func (c *rpcCall) needMaster() (*master, error) {
 	m := c.r.serving()
+	if m == nil && c.ctx != nil {
+		m = c.r.awaitTakeOver(c.ctx)
+	}
 	if m == nil {
 		return nil, c.r.notMaster()
 	}
@@ -803,7 +811,7 @@ func handleStepDown(ctx context.Context, c *rpcCall, req *api.StepDownRequest) (
 	if err := c.r.StepDown(ctx, req.Next); err != nil {
 		return nil, apiErr(api.FailedPrecondition, "step-down: "+err.Error())
 	}
-	return &api.Empty{}, nil
+	return &api.StepDownResponse{Successor: c.r.successor.Load()}, nil
 }
 
 // tenantOf returns the tenant of an absolute path "/<tenant>/...".

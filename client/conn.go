@@ -44,6 +44,10 @@ type Client struct {
 		dialing    chan struct{}
 		dialCancel context.CancelFunc
 		moves      uint64
+		// redirects counts the NotMaster replies that named the master
+		// (drop with a hint): a call whose connection another call closed
+		// to follow one retries at once.
+		redirects uint64
 		// failures counts consecutive failed dials, for backoff.
 		failures int
 		// notBefore is the earliest time of the next dial.
@@ -394,6 +398,9 @@ func (c *Client) drop(cc *transport.ClientConn, hint string) {
 	if c.mu.conn == cc {
 		c.mu.conn = nil
 		c.mu.hint = hint
+		if hint != "" {
+			c.mu.redirects++
+		}
 	}
 	c.mu.Unlock()
 	_ = cc.Close()
@@ -458,6 +465,24 @@ func (c *Client) dropIfBroken(ctx context.Context, cc *transport.ClientConn, err
 
 // redirect closes the current connection and points the next dial at addr.
 func (c *Client) redirect(addr string) { c.dropAll(addr) }
+
+// redirectCount returns the number of redirects followed so far.
+func (c *Client) redirectCount() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.redirects
+}
+
+// redirectedSince reports whether err sends the caller to the master at
+// once: it names the master, or the call failed on a connection that a
+// redirect (counted since before the call, at before) closed meanwhile.
+func (c *Client) redirectedSince(before uint64, err error) bool {
+	if namesMaster(err) {
+		return true
+	}
+	var ae *api.Error
+	return !errors.As(err, &ae) && c.redirectCount() != before
+}
 
 // succeeded resets the backoff after a call reached a serving master.
 func (c *Client) succeeded() {
@@ -539,7 +564,9 @@ func (c *Client) errorReply(cc *transport.ClientConn, ae *api.Error) {
 // any call refused before it took effect, and also, if idempotent, a call
 // whose reply was lost.
 func (c *Client) call(ctx context.Context, m api.Method, req, resp any, idempotent bool) error {
+	redirected := false
 	for {
+		before := c.redirectCount()
 		sent, err := c.rpcOnce(ctx, m, req, resp)
 		if err == nil {
 			return nil
@@ -557,6 +584,11 @@ func (c *Client) call(ctx context.Context, m api.Method, req, resp any, idempote
 		if sent && !noEffect && !idempotent {
 			return outcomeUnknown(m, err)
 		}
+		if c.redirectedSince(before, err) && !redirected {
+			redirected = true // once in a row, as in Session.callWith
+			continue
+		}
+		redirected = false
 		if perr := c.pause(ctx); perr != nil {
 			return fmt.Errorf("client: %s: %w (last error: %v)", m, perr, err)
 		}

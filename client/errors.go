@@ -97,6 +97,13 @@ func classify(err error) (retry, noEffect bool) {
 	return true, false
 }
 
+// namesMaster reports whether err is a NotMaster refusal that names the
+// master (or the successor of a hand-over): the client may go there at once.
+func namesMaster(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Code == api.NotMaster && ae.Master != ""
+}
+
 // outcomeUnknown wraps err for a non-idempotent call that lost its reply.
 func outcomeUnknown(m api.Method, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrOutcomeUnknown, m, err)

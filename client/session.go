@@ -514,6 +514,7 @@ func (s *Session) call(ctx context.Context, m api.Method, build func(api.Header)
 func (s *Session) callWith(ctx context.Context, m api.Method, build func(api.Header) any, resp any, idempotent bool,
 	beforeRetry func(ctx context.Context, last error) (done bool, err error)) error {
 	var last error
+	redirected := false
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && beforeRetry != nil {
 			if done, err := beforeRetry(ctx, last); done {
@@ -524,6 +525,7 @@ func (s *Session) callWith(ctx context.Context, m api.Method, build func(api.Hea
 		if err != nil {
 			return err
 		}
+		before := s.c.redirectCount()
 		sent, err := s.c.rpcOnce(ctx, m, build(h), resp)
 		if err == nil {
 			return nil
@@ -557,6 +559,14 @@ func (s *Session) callWith(ctx context.Context, m api.Method, build func(api.Hea
 		if sent && !noEffect && !idempotent {
 			return outcomeUnknown(m, err)
 		}
+		if s.c.redirectedSince(before, err) && !redirected {
+			// Redirected to a named master (a hand-over's successor), by
+			// this call's reply or another's: go there at once, but only
+			// once in a row (two replicas may name each other).
+			redirected = true
+			continue
+		}
+		redirected = false
 		if perr := s.c.pause(ctx); perr != nil {
 			return fmt.Errorf("client: %s: %w (last error: %v)", m, perr, err)
 		}
@@ -635,6 +645,9 @@ type kaResult struct {
 	sent monotime.Time
 	resp api.KeepAliveResponse
 	err  error
+	// redirected: the failure sends the client to a named master (see
+	// Client.redirectedSince).
+	redirected bool
 }
 
 // liveKA is a KeepAlive in flight.
@@ -879,6 +892,7 @@ func (l *loop) start(now monotime.Time) {
 		defer cancel()
 		var resp api.KeepAliveResponse
 		var err error
+		before := l.s.c.redirectCount()
 		if hold {
 			// The master gets it (and renews the lease); the reply is lost.
 			_ = l.s.c.keepAliveOnce(ctx, req, &resp)
@@ -887,8 +901,9 @@ func (l *loop) start(now monotime.Time) {
 		} else {
 			err = l.s.c.keepAliveOnce(ctx, req, &resp)
 		}
+		redirected := err != nil && l.s.c.redirectedSince(before, err)
 		select {
-		case results <- kaResult{id: id, sent: now, resp: resp, err: err}:
+		case results <- kaResult{id: id, sent: now, resp: resp, err: err, redirected: redirected}:
 		case <-stop:
 		}
 	}()
@@ -1012,11 +1027,13 @@ func (l *loop) handle(r kaResult) {
 		if len(l.live) == 0 {
 			l.probing = false
 		}
-		named := errors.As(r.err, &ae) && ae.Code == api.NotMaster && ae.Master != ""
+		named := r.redirected
 		if named && l.failures == 0 {
 			// A deposed master named its successor (rpcOnce pointed the
-			// client there): go there at once, without a backoff (but
-			// only once in a row: two replicas may name each other).
+			// client there), in this reply or in another call's that
+			// closed this one's connection: go there at once, without a
+			// backoff (but only once in a row: two replicas may name
+			// each other).
 			l.failures = 1
 			l.kicked = true
 			break

@@ -28,6 +28,10 @@ func (n *Node) onPrepare(m Message) {
 	if !n.voting() {
 		return
 	}
+	if m.Released != 0 {
+		// The candidate relays a release it received (handover.go).
+		n.release(m.Released)
+	}
 	if m.Ballot < n.promised {
 		n.send(Message{Type: MsgReject, To: m.From, Ballot: m.Ballot, Promised: n.promised})
 		return
@@ -78,6 +82,7 @@ func (n *Node) onAccept(m Message) {
 	n.leaderBallot = m.Ballot
 	n.electionElapsed = 0
 	n.campaignASAP = false
+	n.successor = 0
 	n.pre = nil
 	n.grant(m.Ballot)
 	var slots []Slot
@@ -124,14 +129,15 @@ func (n *Node) learnFromAccept(m Message) {
 }
 
 // onRelease handles MsgRelease and MsgTimeoutNow from a leader that
-// stepped down.
+// stepped down (handover.go): the grant to its ballot is void, and what it
+// says is chosen is learned as from an Accept at that ballot.
 func (n *Node) onRelease(m Message) {
-	n.released = max(n.released, m.Ballot)
-	if n.grantBallot == m.Ballot {
-		n.grantLeft = 0
-	}
+	n.release(m.Ballot)
 	if n.leaderBallot == m.Ballot {
 		n.leaderBallot = 0
+	}
+	if n.voting() {
+		n.learnCommitted(m)
 	}
 	if m.Type == MsgTimeoutNow && m.Ballot >= n.promised && n.role == Follower && n.voting() {
 		if n.canPromiseSelf() {

@@ -39,8 +39,11 @@
 // (Config.DriftPPM) and one tick, and is master only while a majority of
 // grants is live and everything chosen before its leadership is applied. A
 // restarted acceptor, which cannot remember its grants, promises nothing for
-// LeaseTicks after NewNode. StepDown hands over without waiting out the
-// lease.
+// LeaseTicks after NewNode. HandOver (handover.go) hands mastership to a
+// caught-up successor without waiting out the lease: the master finishes
+// its slots, stops being master, and only then releases its lease and
+// tells the successor to campaign at once; StepDown does the same without
+// waiting for its slots or the successor.
 //
 // Pre-vote (prevote.go): a follower whose election timer fires does not
 // raise a ballot at once. It asks every peer (MsgPreVote) whether it would
@@ -173,7 +176,10 @@
 //     on. This is invariant 2: a promise or an accepted value is on stable
 //     storage before any message that depends on it leaves the replica.
 //  2. Only then send rd.Messages (in any order; they may be lost, delayed,
-//     duplicated or reordered: the protocol copes). Messages for which
+//     duplicated or reordered: the protocol copes). If rd.SoftState says
+//     this replica is no longer master, stop serving reads before sending
+//     any of them: they may release its lease (a step-down), after which
+//     a successor may serve at once. Messages for which
 //     Message.DependsOnPersist is false may be sent before step 1, so
 //     that a leader's own fsync overlaps its followers'.
 //  3. If rd.Snapshot is not zero, install it: Saver.SaveSnapshot and restore

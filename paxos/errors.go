@@ -27,6 +27,9 @@ var (
 	// misaddressed, from an unknown replica or of an unknown type. The node
 	// is left unchanged.
 	ErrInvalidMessage = errors.New("paxos: invalid message")
+	// ErrNoSuccessor is returned by HandOver when it is to pick the
+	// successor and no peer's acknowledgement counts.
+	ErrNoSuccessor = errors.New("paxos: no peer can take over")
 	// ErrInvalidArgument is returned for a bad argument to StepDown or
 	// Compact. The node is left unchanged.
 	ErrInvalidArgument = errors.New("paxos: invalid argument")

@@ -13,7 +13,8 @@ type MessageType uint8
 const (
 	// MsgPrepare (Phase 1a): a candidate asks for a promise on Ballot for
 	// every slot from Slot onward. Tick is the candidate's tick count when it
-	// sent the message.
+	// sent the message. Released, if not 0, relays a ballot whose leader
+	// stepped down and released its lease (handover.go).
 	MsgPrepare MessageType = iota + 1
 	// MsgPromise (Phase 1b): the acceptor promised Ballot; Entries are all it
 	// accepted from the Prepare's Slot onward (the ones at or below Commit
@@ -130,6 +131,8 @@ type Message struct {
 	Slots     []Slot      `msgpack:"a,omitempty"`
 	Snapshot  Snapshot    `msgpack:"n"`
 	Nonce     uint64      `msgpack:"x,omitempty"`
+	// Released is a ballot whose leader stepped down (MsgPrepare only).
+	Released Ballot `msgpack:"r,omitempty"`
 }
 
 // String describes m on one stable line, for logs and golden tests.
@@ -173,6 +176,9 @@ func (m Message) String() string {
 	}
 	if m.Nonce != 0 {
 		fmt.Fprintf(&b, " nonce=%x", m.Nonce)
+	}
+	if m.Released != 0 {
+		fmt.Fprintf(&b, " released=%s", m.Released)
 	}
 	return b.String()
 }
@@ -260,6 +266,9 @@ func (n *Node) check(m *Message) error {
 		if m.Slot == 0 {
 			return bad("prepare from slot 0")
 		}
+		if m.Released >= m.Ballot && m.Released != 0 {
+			return bad("released ballot %s not below the prepare's %s", m.Released, m.Ballot)
+		}
 		return own()
 	case MsgAccept:
 		for _, e := range m.Entries {
@@ -269,6 +278,9 @@ func (n *Node) check(m *Message) error {
 		}
 		return own()
 	case MsgRelease, MsgTimeoutNow:
+		if m.Released != 0 {
+			return bad("released ballot in a %s", m.Type)
+		}
 		return own()
 	case MsgPromise:
 		for _, e := range m.Entries {

@@ -114,6 +114,13 @@ type Status struct {
 	Pending int
 	// Ticks counts calls to Tick since NewNode.
 	Ticks uint64
+	// HandOver names the successor of a planned hand-over in progress at
+	// this leader (0 if none; see HandOver).
+	HandOver ID
+	// Successor names the replica this one asked to take over when it
+	// stepped down, while it knows no leader since (for at most
+	// ElectionTicks); 0 otherwise. A caller may redirect clients there.
+	Successor ID
 	// PreVote reports that this replica's election timer fired and it is
 	// asking whether a majority would vote for it before it campaigns
 	// (Role stays Follower meanwhile; see prevote.go).
@@ -158,6 +165,11 @@ type Node struct {
 	grantBallot Ballot // 0 with grantLeft > 0: unknown holder (restart)
 	grantLeft   int
 	released    Ballot // grants to ballots <= released are not renewed
+	// successor is the replica this one asked to take over when it last
+	// stepped down (0 if none), until it hears of a leader or its tick
+	// count reaches successorUntil.
+	successor      ID
+	successorUntil uint64
 
 	role             Role
 	leaderBallot     Ballot // ballot of the leader we follow, or our own
@@ -293,6 +305,9 @@ func (n *Node) Tick() {
 	if n.grantLeft > 0 {
 		n.grantLeft--
 	}
+	if n.successor != 0 && n.now >= n.successorUntil {
+		n.successor = 0
+	}
 	if n.learnWait > 0 {
 		n.learnWait--
 		if n.learnWait == 0 {
@@ -322,6 +337,7 @@ func (n *Node) Tick() {
 		n.tickCandidate()
 	case Leader:
 		n.tickLeader()
+		n.maybeHandOver()
 	}
 }
 
@@ -391,6 +407,7 @@ func (n *Node) Step(m Message) error {
 		n.maybeLearn(m.From, m.Commit)
 	}
 	n.advanceRebuild()
+	n.maybeHandOver()
 	return n.err
 }
 
@@ -398,7 +415,10 @@ func (n *Node) Step(m Message) error {
 // replica is not the established leader (or has stepped down) and ErrBusy
 // if too many proposals wait for a slot. Otherwise the proposal gets a
 // unique ID and will end in exactly one Outcome in a later Ready. The core
-// keeps data; the caller must not modify it afterwards.
+// keeps data; the caller must not modify it afterwards. During a planned
+// hand-over (HandOver) a proposal waits for a slot: it ends with
+// ErrNotLeader when the hand-over completes, or is placed if it is
+// abandoned.
 func (n *Node) Propose(data []byte) (ProposalID, error) {
 	if n.err != nil {
 		return ProposalID{}, n.err
@@ -416,9 +436,11 @@ func (n *Node) Propose(data []byte) (ProposalID, error) {
 	return id, nil
 }
 
-// StepDown hands leadership over: the node stops being master at once, tells
-// the acceptors to release its lease and, if next is not 0, tells next to
-// campaign at once, so the next master need not wait out the lease.
+// StepDown hands leadership over at once: the node stops being master,
+// tells the acceptors to release its lease and, if next is not 0, tells
+// next to campaign at once, so the next master need not wait out the
+// lease. Unlike HandOver it does not wait for its slots to be chosen or for
+// next to catch up, so next may first have to learn or recover them.
 // Proposals not yet placed in a slot end with ErrNotLeader. It returns
 // ErrNotLeader if this replica is not the leader and ErrInvalidArgument if
 // next is this replica or not a replica of the cell.
@@ -432,22 +454,7 @@ func (n *Node) StepDown(next ID) error {
 	if next != 0 && (next == n.id || n.index(next) < 0) {
 		return fmt.Errorf("%w: StepDown to %d: not another replica of the cell", ErrInvalidArgument, next)
 	}
-	b := n.lead.ballot
-	for _, p := range n.cfg.Replicas {
-		if p == n.id {
-			continue
-		}
-		t := MsgRelease
-		if p == next {
-			t = MsgTimeoutNow
-		}
-		n.send(Message{Type: t, To: p, Ballot: b})
-	}
-	n.becomeFollower(0)
-	n.released = max(n.released, b)
-	if n.grantBallot == b {
-		n.grantLeft = 0
-	}
+	n.stepDown(next)
 	return nil
 }
 
@@ -503,6 +510,10 @@ func (n *Node) Status() Status {
 		Ticks:     n.now,
 		Rebuild:   n.rebuildStatus(),
 		PreVote:   n.pre != nil,
+		Successor: n.successor,
+	}
+	if n.role == Leader && n.lead.hand != nil {
+		st.HandOver = n.lead.hand.to
 	}
 	soft := n.softState()
 	st.Leader, st.Epoch, st.Master = soft.Leader, soft.Epoch, soft.Master
@@ -550,7 +561,7 @@ func (n *Node) HasReady() bool {
 		return true
 	}
 	if l := n.lead; l != nil && n.role == Leader {
-		if len(l.toSend) > 0 || l.commitSent < n.chosen || (l.wantsSlot() && n.windowOpen()) {
+		if len(l.toSend) > 0 || l.commitSent < n.chosen || !l.announced || (l.hand == nil && l.wantsSlot() && n.windowOpen()) {
 			return true
 		}
 	}
@@ -630,6 +641,7 @@ func (n *Node) Advance(rd Ready) {
 			}
 		}
 		n.advanceLeaderChosen()
+		n.maybeHandOver()
 	}
 	if n.role == Candidate && rd.HardState.Promised == n.cand.ballot {
 		n.cand.selfDurable = true

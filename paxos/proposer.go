@@ -27,13 +27,24 @@ type leadership struct {
 	seq        uint64
 	pending    []Command // proposals waiting for a slot
 	inflight   map[Slot]*inflight
-	toSend     []Entry  // accepts not yet broadcast
-	commitSent Slot     // chosen index last broadcast
+	toSend     []Entry // accepts not yet broadcast
+	commitSent Slot    // chosen index last broadcast
+	// announced reports that an Accept (and so a request for lease
+	// grants) went out in this term: a new leader sends one at once, even
+	// with nothing to recover and nothing chosen yet.
+	announced  bool
 	grantUntil []uint64 // per replica index: tick until which its grant counts
-	lastLive   uint64   // last tick at which the lease was live
+	// peerChosen holds, per replica index, the highest chosen index the
+	// replica's acknowledgements in this term carried (a planned
+	// hand-over waits for the successor's to reach ours).
+	peerChosen []Slot
+	lastLive   uint64 // last tick at which the lease was live
 	// fillTo is a slot a rebuilding replica waits for: the leader proposes
 	// no-ops in new slots up to it when nothing else is pending.
 	fillTo Slot
+	// hand is the planned hand-over in progress (handover.go); while it is
+	// set, no new slot is proposed.
+	hand *handOver
 }
 
 // inflight is a slot the leader proposed and does not yet know chosen.
@@ -70,6 +81,7 @@ func (n *Node) campaign() {
 	n.promised = b
 	n.leaderBallot = 0
 	n.campaignASAP = false
+	n.successor = 0
 	n.resetElection()
 	n.cand = &campaign{
 		ballot:   b,
@@ -88,7 +100,10 @@ func (n *Node) campaign() {
 func (n *Node) sendPrepare(p ID) {
 	c := n.cand
 	c.retryAt[p] = n.now + uint64(n.cfg.HeartbeatTicks)
-	n.send(Message{Type: MsgPrepare, To: p, Ballot: c.ballot, Slot: c.from, Tick: n.now})
+	// Released relays the latest release this replica heard of, so that an
+	// acceptor the leader's own release has not reached yet need not be
+	// waited out (handover.go).
+	n.send(Message{Type: MsgPrepare, To: p, Ballot: c.ballot, Slot: c.from, Tick: n.now, Released: n.released})
 }
 
 // tickCandidate forgets promises that no longer count and resends Prepare
@@ -193,6 +208,7 @@ func (n *Node) becomeLeader() {
 		ballot:     b,
 		inflight:   map[Slot]*inflight{},
 		grantUntil: make([]uint64, len(n.cfg.Replicas)),
+		peerChosen: make([]Slot, len(n.cfg.Replicas)),
 		lastLive:   n.now,
 	}
 	n.lead = l
@@ -268,7 +284,7 @@ func (l *leadership) wantsSlot() bool { return len(l.pending) > 0 || l.nextSlot 
 // fillTo with no-ops when nothing is pending.
 func (n *Node) flushProposals() {
 	l := n.lead
-	for l.wantsSlot() && n.windowOpen() {
+	for l.hand == nil && l.wantsSlot() && n.windowOpen() {
 		if len(l.pending) == 0 {
 			s := l.nextSlot
 			l.nextSlot++
@@ -303,7 +319,7 @@ func (n *Node) flushProposals() {
 // acceptor for a lease grant.
 func (n *Node) flushAccepts() {
 	l := n.lead
-	if len(l.toSend) == 0 && l.commitSent >= n.chosen {
+	if len(l.toSend) == 0 && l.commitSent >= n.chosen && l.announced {
 		return
 	}
 	n.broadcastAccept(l.toSend, nil)
@@ -325,6 +341,7 @@ func (n *Node) broadcastAccept(ents []Entry, retx func(idx int) []Entry) {
 		n.send(Message{Type: MsgAccept, To: p, Ballot: l.ballot, Entries: e, Tick: n.now})
 	}
 	l.commitSent = n.chosen
+	l.announced = true
 	// Our own acceptor grants us the lease too.
 	n.grant(l.ballot)
 	l.grantUntil[n.self] = n.now + n.effTTL
@@ -366,6 +383,7 @@ func (n *Node) onAccepted(m Message) {
 	if until := m.Tick + n.effTTL; until > l.grantUntil[idx] {
 		l.grantUntil[idx] = until
 	}
+	l.peerChosen[idx] = max(l.peerChosen[idx], m.Commit)
 	if n.voteLive(m.Tick) {
 		for _, s := range m.Slots {
 			n.ackSlot(idx, s, m.Tick)

@@ -3,6 +3,7 @@ package paxos
 import (
 	"container/heap"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -549,15 +550,19 @@ func (s *sim) fault() {
 		}
 	case k == 4:
 		s.clearPartitions()
-	case k == 5 && s.p.leaderIsolationHeavy: // the leader hands over
+	case k == 5 && s.p.leaderIsolationHeavy: // the leader steps down or hands over
 		for i, r := range s.reps {
 			if r.up && r.node.Status().IsLeader {
 				next := ID(1 + s.rng.IntN(n))
 				if next == r.id {
 					next = 0
 				}
-				if err := r.node.StepDown(next); err != nil {
-					s.failf("StepDown: %v", err)
+				if s.rng.IntN(2) == 0 {
+					if err := r.node.StepDown(next); err != nil {
+						s.failf("StepDown: %v", err)
+					}
+				} else if err := r.node.HandOver(next); err != nil && !errors.Is(err, ErrNoSuccessor) {
+					s.failf("HandOver: %v", err)
 				}
 				s.flush(i)
 			}

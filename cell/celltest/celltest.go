@@ -80,6 +80,9 @@ type Options struct {
 	ClockScale map[uint64]float64
 	// Tune, if set, adjusts each replica's Config before every start.
 	Tune func(*cell.Config)
+	// Latency, if positive, delays every datagram on the simulated
+	// network by this long (memnet.Network.Latency); zero delivers at once.
+	Latency time.Duration
 	// Logger receives the replicas' and clients' logs. If nil, they are
 	// discarded unless LOCKCELL_TEST_LOG is set in the environment.
 	Logger *slog.Logger
@@ -134,7 +137,7 @@ func Start(t testing.TB, opts Options) *Cell {
 	}
 	c := &Cell{
 		t: t, opts: opts, dir: t.TempDir(), ca: ca, signing: signing,
-		net: &memnet.Network{}, faults: transport.NewFaults(opts.Seed), addrs: map[uint64]string{},
+		net: &memnet.Network{Latency: opts.Latency}, faults: transport.NewFaults(opts.Seed), addrs: map[uint64]string{},
 	}
 	c.mu.replicas = map[uint64]*cell.Replica{}
 	c.mu.paused = map[uint64]pause{}

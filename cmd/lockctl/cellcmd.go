@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-
-	"github.com/lockcell/lockcell/api"
 )
 
 // cmdCell runs the cell operations: stepdown.
@@ -18,9 +16,12 @@ func cmdCell(e *env, args []string) int {
 Operates the cell with the administrator's certificate from the config file.
 'stepdown' asks the master to hand mastership over now (to replica N if
 possible; by default to the most caught-up other replica that answers),
-without waiting out its lease: a planned fail-over, for example
-before maintenance on the master's host, or to watch one happen. Sessions
-survive it. 'lockctl status' shows the new master.
+without waiting out its lease: a planned fail-over, for example before
+maintenance on the master's host, or to watch one happen. The master
+finishes the commands in flight, waits until the successor has caught
+up, stops serving and tells the successor to take over at once; clients
+are redirected to it, and their sessions, locks and handles survive.
+'lockctl status' shows the new master.
 `)
 		return code
 	}
@@ -49,35 +50,16 @@ func cmdCellStepDown(e *env, args []string) int {
 	if err != nil {
 		return e.fail("cell stepdown", err)
 	}
-	next := *to
-	if next == 0 {
-		next = successor(st)
-	}
-	if err := c.StepDown(ctx, next); err != nil {
+	// The master picks the successor itself unless told: it knows which
+	// replica has caught up (the status only says who applied the most).
+	got, err := c.HandOver(ctx, *to)
+	if err != nil {
 		return e.fail("cell stepdown", err)
 	}
-	fmt.Fprintf(e.stdout, "replica %d stepped down (epoch %s), handing over to replica %d; 'lockctl status' shows the new master\n", st.Master, st.Epoch, next)
+	if got == 0 {
+		fmt.Fprintf(e.stdout, "replica %d stepped down (epoch %s); 'lockctl status' shows the new master\n", st.Master, st.Epoch)
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "replica %d stepped down (epoch %s), handing over to replica %d; 'lockctl status' shows the new master\n", st.Master, st.Epoch, got)
 	return exitOK
-}
-
-// successor picks the replica to hand mastership to: of the replicas other
-// than the master that reported themselves recently, the one that applied
-// the most (the lowest id among equals), so that the hand-over lands on a
-// replica that is up and caught up, and never back on the master. 0 if
-// none qualifies (the master then picks).
-func successor(st *api.CellStatusResponse) uint64 {
-	var best *api.ReplicaStatus
-	for i := range st.Replicas {
-		r := &st.Replicas[i]
-		if r.ID == st.Master || r.HeardMillis < 0 || r.HeardMillis > 2000 || r.Role == api.RoleLearner {
-			continue
-		}
-		if best == nil || r.Applied > best.Applied {
-			best = r
-		}
-	}
-	if best == nil {
-		return 0
-	}
-	return best.ID
 }

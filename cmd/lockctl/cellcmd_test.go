@@ -8,7 +8,7 @@ import (
 )
 
 // TestCellStepDown: `lockctl cell stepdown` makes the master hand over,
-// and lockctl status then names another master.
+// and lockctl status then names another master; with --to N, replica N.
 func TestCellStepDown(t *testing.T) {
 	bin := buildLockctl(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -38,4 +38,23 @@ func TestCellStepDown(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("after step-down of replica %d:\n%s", m.ID(), out)
+	// --to names the successor: the master hands over to it.
+	m2, err := lc.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := m2.ID()%3 + 1 // the local cell has three replicas
+	code, out, errs = runLockctl(t, ctx, bin, lc.ClientFilePath(), 30*time.Second, "cell", "stepdown", "--to", itoa(to))
+	if code != 0 || !strings.Contains(out, "handing over to replica "+itoa(to)+";") {
+		t.Fatalf("cell stepdown --to %d: exit %d, %q %q", to, code, out, errs)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		code, out, _ = runLockctl(t, ctx, bin, lc.ClientFilePath(), 20*time.Second, "status")
+		if code == 0 && strings.Contains(out, "master replica "+itoa(to)+" ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d is not master 30 s after a step-down --to it; last status:\n%s", to, out)
+		}
+	}
 }

@@ -520,6 +520,12 @@ func (env *Env) changes() string {
 		if st.Rebuild.Phase != old.Rebuild.Phase {
 			fmt.Fprintf(&b, "%d: rebuild %s -> %s\n", n.ID, old.Rebuild.Phase, st.Rebuild.Phase)
 		}
+		if st.HandOver != old.HandOver {
+			fmt.Fprintf(&b, "%d: hand-over to %d -> %d\n", n.ID, old.HandOver, st.HandOver)
+		}
+		if st.Successor != old.Successor {
+			fmt.Fprintf(&b, "%d: successor %d -> %d\n", n.ID, old.Successor, st.Successor)
+		}
 	}
 	return b.String()
 }
@@ -603,6 +609,12 @@ func DescribeStatus(st paxos.Status) string {
 	}
 	if st.Pending > 0 {
 		fmt.Fprintf(&b, " pending=%d", st.Pending)
+	}
+	if st.HandOver != 0 {
+		fmt.Fprintf(&b, " handover=%d", st.HandOver)
+	}
+	if st.Successor != 0 {
+		fmt.Fprintf(&b, " successor=%d", st.Successor)
 	}
 	if rb := st.Rebuild; rb.Phase != paxos.RebuildNone {
 		fmt.Fprintf(&b, " rebuild=%q", rb.Phase)

@@ -21,6 +21,7 @@ import (
 //	elect ID                     make ID master: age fresh replicas past their restart lease, tick ID and stabilize until it is
 //	propose ID DATA...           propose each DATA at ID (the Ready is not handled)
 //	step-down ID [to=N]          StepDown(N) at ID
+//	hand-over ID [to=N]          HandOver(N) at ID
 //	process-ready [IDS] [persist] [early-send] [send] [apply] [advance] [quiet]
 //	                             with no step flags: handle every Ready of the replicas completely;
 //	                             with flags: take one Ready (if none is in hand) and carry out only those steps
@@ -169,7 +170,7 @@ func (env *Env) handle(t testing.TB, td *datadriven.TestData) error {
 		return env.elect(n)
 	case "propose":
 		return env.cmdPropose(td)
-	case "step-down":
+	case "step-down", "hand-over":
 		n, err := env.one(ids)
 		if err != nil {
 			return err
@@ -182,10 +183,10 @@ func (env *Env) handle(t testing.TB, td *datadriven.TestData) error {
 		if err != nil {
 			return err
 		}
-		if err := nd.StepDown(paxos.ID(to)); err != nil {
-			return err
+		if td.Cmd == "hand-over" {
+			return nd.HandOver(paxos.ID(to))
 		}
-		return nil
+		return nd.StepDown(paxos.ID(to))
 	case "process-ready":
 		return env.cmdProcessReady(ids, flags)
 	case "deliver-msgs":
