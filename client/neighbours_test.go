@@ -48,21 +48,7 @@ func TestJeopardyLeavesNeighboursAlone(t *testing.T) {
 		}
 		victim := sessions[0]
 		troubled.Store(victim)
-		client.HoldKeepAlives(victim, true)
-		jeopardy := make(chan struct{})
-		go func() {
-			for ev := range victim.Events() {
-				if ev.Kind == client.EventJeopardy {
-					close(jeopardy)
-					return
-				}
-			}
-		}()
-		select {
-		case <-jeopardy:
-		case <-ctx.Done():
-			t.Fatal("the session whose replies are lost never fell into jeopardy")
-		}
+		loseKeepAliveReplies(t, ctx, victim)
 		if st := victim.State(); st != client.StateJeopardy {
 			t.Fatalf("victim state %v", st)
 		}

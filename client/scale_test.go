@@ -107,21 +107,7 @@ func TestThousandsOfSessionsOneConnection(t *testing.T) {
 
 		v := sessions[n/2]
 		victim.Store(v)
-		client.HoldKeepAlives(v, true)
-		jeopardy := make(chan struct{})
-		go func() {
-			for ev := range v.Events() {
-				if ev.Kind == client.EventJeopardy {
-					close(jeopardy)
-					return
-				}
-			}
-		}()
-		select {
-		case <-jeopardy:
-		case <-ctx.Done():
-			t.Fatal("the session whose replies are lost never fell into jeopardy")
-		}
+		loseKeepAliveReplies(t, ctx, v)
 		time.Sleep(cell.DefaultSessionLease)
 		if st := v.State(); st != client.StateJeopardy {
 			t.Fatalf("victim %v, want jeopardy", st)
@@ -174,12 +160,7 @@ func TestHundredsOfConnectionsOneAddress(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * cell.DefaultSessionLease)
-		safe := 0
-		for _, s := range sessions {
-			if s.State() == client.StateSafe {
-				safe++
-			}
-		}
+		safe := countSafe(sessions)
 		if safe != n {
 			t.Fatalf("%d of %d sessions safe", safe, n)
 		}
@@ -202,14 +183,41 @@ func TestSessionsBeyondStreamLimit(t *testing.T) {
 		cl := c.Dial(ctx, c.ClientConfig("", "alice"))
 		sessions := openSessions(t, ctx, cl, n, 4)
 		time.Sleep(2 * cell.DefaultSessionLease)
-		safe := 0
-		for _, s := range sessions {
-			if s.State() == client.StateSafe {
-				safe++
-			}
-		}
+		safe := countSafe(sessions)
 		if safe != n {
 			t.Fatalf("%d of %d sessions safe on a connection allowing 8 streams", safe, n)
 		}
 	})
+}
+
+// loseKeepAliveReplies makes s lose every KeepAlive reply from now on and
+// waits until it reports jeopardy.
+func loseKeepAliveReplies(t *testing.T, ctx context.Context, s *client.Session) {
+	t.Helper()
+	client.HoldKeepAlives(s, true)
+	jeopardy := make(chan struct{})
+	go func() {
+		for ev := range s.Events() {
+			if ev.Kind == client.EventJeopardy {
+				close(jeopardy)
+				return
+			}
+		}
+	}()
+	select {
+	case <-jeopardy:
+	case <-ctx.Done():
+		t.Fatal("the session whose replies are lost never fell into jeopardy")
+	}
+}
+
+// countSafe counts the sessions whose state is safe.
+func countSafe(sessions []*client.Session) int {
+	safe := 0
+	for _, s := range sessions {
+		if s.State() == client.StateSafe {
+			safe++
+		}
+	}
+	return safe
 }

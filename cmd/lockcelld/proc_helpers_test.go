@@ -101,41 +101,10 @@ func startProcCell(t *testing.T, n int) *procCell {
 	if testing.Short() {
 		t.Skip("builds and runs processes")
 	}
-	c := &procCell{t: t, bin: lockcelldBinary(t), dir: filepath.Join(t.TempDir(), "cell"), n: n,
-		procs: map[int]*exec.Cmd{}, logs: map[int]*syncBuffer{}, httpc: &http.Client{Timeout: 2 * time.Second}}
-	udp := freePorts(t, "udp", n)
-	tcp := freePorts(t, "tcp", n)
-	var addrs []string
-	for i := range n {
-		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", udp[i]))
-		c.http = append(c.http, fmt.Sprintf("127.0.0.1:%d", tcp[i]))
-	}
-	var out bytes.Buffer
-	if code := run([]string{"init", "--dir", c.dir, "--cell", "proc", "--replicas", strings.Join(addrs, ","), "--fault-injection"}, &out, &out); code != 0 {
-		t.Fatalf("init exited %d: %s", code, out.String())
-	}
+	c := initProcCell(t, "proc", n)
 	for id := 1; id <= n; id++ {
-		fc, err := readFileConfig(c.configFile(id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fc.HTTPAddr = c.http[id-1]
-		b, _ := json.Marshal(fc)
-		if err := os.WriteFile(c.configFile(id), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c.logs[id] = &syncBuffer{}
 		c.start(id)
 	}
-	t.Cleanup(func() {
-		for id, p := range c.procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-			if t.Failed() {
-				t.Logf("replica %d log (tail):\n%s", id, tail(c.logs[id].String(), 40))
-			}
-		}
-	})
 	c.setupTenant()
 	return c
 }

@@ -30,22 +30,7 @@ func TestElectObserveVacancy(t *testing.T) {
 
 	start := func(args ...string) (*exec.Cmd, <-chan string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = env
-		out, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		lines := make(chan string, 16)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		return cmd, lines
+		return startLines(t, ctx, bin, env, args...)
 	}
 	// next returns the next line that is not skip, failing if ctx ends.
 	next := func(lines <-chan string, skip string) string {
@@ -103,22 +88,7 @@ func TestElectObserveResignEvent(t *testing.T) {
 	}
 	start := func(args ...string) (*exec.Cmd, <-chan string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = env
-		out, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		lines := make(chan string, 16)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		return cmd, lines
+		return startLines(t, ctx, bin, env, args...)
 	}
 	next := func(lines <-chan string, what string) string {
 		t.Helper()
@@ -157,4 +127,27 @@ func TestElectObserveResignEvent(t *testing.T) {
 	if l := next(obs, "leader: two"); !strings.HasPrefix(l, "leader: two") {
 		t.Fatalf("observer printed %q; want leader: two", l)
 	}
+}
+
+// startLines starts bin with args and env, and returns the command and the
+// lines of its standard output (closed at its end); the process is killed
+// when the test ends.
+func startLines(t *testing.T, ctx context.Context, bin string, env []string, args ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return cmd, lines
 }
