@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/quic-go/quic-go"
 )
@@ -60,22 +61,78 @@ func Dial(ctx context.Context, cfg DialConfig) (*ClientConn, error) {
 		MaxIncomingStreams:    -1,
 		MaxIncomingUniStreams: -1,
 	}
+	conn, replica, addr, err := dialStaggered(ctx, tr, cfg, qconf)
+	if err != nil {
+		_ = tr.Close()
+		_ = pc.Close()
+		return nil, err
+	}
+	cfg.Logger.Debug("transport: connected", "addr", addr, "replica", replica)
+	return &ClientConn{conn: conn, tr: tr, pc: pc, addr: addr, replica: replica, max: cfg.MaxFrame}, nil
+}
+
+// DialStagger is how long Dial waits for a handshake before it also tries
+// the next address (at most a quarter of the handshake timeout): a replica
+// that is down (a UDP port that answers nothing) costs a client that much,
+// not a whole handshake timeout.
+const DialStagger = 250 * time.Millisecond
+
+// dialStaggered dials cfg.Addrs in order from cfg.Start, starting the next
+// dial whenever the previous ones have not succeeded within the stagger or
+// have failed; the first handshake that succeeds wins and the others are
+// cancelled (any that completed anyway are closed).
+func dialStaggered(ctx context.Context, tr *quic.Transport, cfg DialConfig, qconf *quic.Config) (*quic.Conn, uint64, string, error) {
+	type result struct {
+		conn    *quic.Conn
+		replica uint64
+		addr    string
+		err     error
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := len(cfg.Addrs)
+	results := make(chan result, n)
+	launched, pending := 0, 0
+	launch := func() {
+		addr := cfg.Addrs[(cfg.Start+launched)%n]
+		launched++
+		pending++
+		go func() {
+			conn, replica, err := dialOne(dctx, tr, addr, cfg, qconf)
+			results <- result{conn, replica, addr, err}
+		}()
+	}
+	stagger := min(DialStagger, cfg.HandshakeTimeout/4)
+	timer := time.NewTimer(stagger)
+	defer timer.Stop()
 	var errs []error
-	for i := range cfg.Addrs {
-		addr := cfg.Addrs[(cfg.Start+i)%len(cfg.Addrs)]
-		conn, replica, err := dialOne(ctx, tr, addr, cfg, qconf)
-		if err == nil {
-			cfg.Logger.Debug("transport: connected", "addr", addr, "replica", replica)
-			return &ClientConn{conn: conn, tr: tr, pc: pc, addr: addr, replica: replica, max: cfg.MaxFrame}, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-		if ctx.Err() != nil {
-			break
+	launch()
+	for pending > 0 {
+		select {
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				cancel()
+				for ; pending > 0; pending-- {
+					if late := <-results; late.conn != nil {
+						_ = late.conn.CloseWithError(quic.ApplicationErrorCode(ConnCodeClosed), "another replica answered first")
+					}
+				}
+				return r.conn, r.replica, r.addr, nil
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", r.addr, r.err))
+			if launched < n && ctx.Err() == nil {
+				launch()
+				timer.Reset(stagger)
+			}
+		case <-timer.C:
+			if launched < n {
+				launch()
+				timer.Reset(stagger)
+			}
 		}
 	}
-	_ = tr.Close()
-	_ = pc.Close()
-	return nil, fmt.Errorf("%w: %w", ErrNoReplica, errors.Join(errs...))
+	return nil, 0, "", fmt.Errorf("%w: %w", ErrNoReplica, errors.Join(errs...))
 }
 
 func dialOne(ctx context.Context, tr *quic.Transport, addr string, cfg DialConfig, qconf *quic.Config) (*quic.Conn, uint64, error) {
