@@ -67,6 +67,10 @@ type Client struct {
 		// call's release closes it sooner.
 		inflight map[*transport.ClientConn]int
 		draining map[*transport.ClientConn]*time.Timer
+		// drains counts the connections retired with calls still on them;
+		// onDrain, if set (tests only), is told of each.
+		drains  uint64
+		onDrain func(*transport.ClientConn)
 	}
 	// kas holds the KeepAlive stream of the current connection (cur,
 	// guarded by lock: a channel, so that waiting for it heeds a context).
@@ -485,6 +489,10 @@ func (c *Client) retire(cc *transport.ClientConn, hint string) {
 		c.mu.Unlock()
 		_ = cc.Close()
 		return
+	}
+	c.mu.drains++
+	if c.mu.onDrain != nil {
+		c.mu.onDrain(cc)
 	}
 	c.mu.draining[cc] = time.AfterFunc(drainGrace, func() {
 		c.mu.Lock()
