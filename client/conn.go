@@ -60,6 +60,17 @@ type Client struct {
 		// not the session, is in trouble.
 		heard   bool
 		heardAt monotime.Time
+		// inflight counts the calls under way on each connection that has
+		// any (use and its release). draining holds the connections
+		// retired by a redirect that still carry calls, each with the
+		// timer that closes it after drainGrace at the latest; the last
+		// call's release closes it sooner.
+		inflight map[*transport.ClientConn]int
+		draining map[*transport.ClientConn]*time.Timer
+		// drains counts the connections retired with calls still on them;
+		// onDrain, if set (tests only), is told of each.
+		drains  uint64
+		onDrain func(*transport.ClientConn)
 	}
 	// kas holds the KeepAlive stream of the current connection (cur,
 	// guarded by lock: a channel, so that waiting for it heeds a context).
@@ -80,6 +91,8 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.sessions = map[*Session]struct{}{}
+	c.mu.inflight = map[*transport.ClientConn]int{}
+	c.mu.draining = map[*transport.ClientConn]*time.Timer{}
 	c.kas.lock = make(chan struct{}, 1)
 	if err := c.findMaster(ctx); err != nil {
 		c.Close()
@@ -237,9 +250,15 @@ func (c *Client) Close() error {
 	c.mu.conn = nil
 	sessions := c.mu.sessions
 	c.mu.sessions = map[*Session]struct{}{}
+	draining := c.mu.draining
+	c.mu.draining = map[*transport.ClientConn]*time.Timer{}
 	c.mu.Unlock()
 	for s := range sessions {
 		s.abandon()
+	}
+	for dc, t := range draining {
+		t.Stop()
+		_ = dc.Close()
 	}
 	if conn != nil {
 		_ = conn.Close()
@@ -391,10 +410,103 @@ func (c *Client) dialConfig(ctx context.Context, dc transport.DialConfig) (*tran
 	return transport.Dial(ctx, dc)
 }
 
-// drop forgets cc (if it is still current) and closes it; hint, if not
-// empty, is where to look for the master next.
+// drainGrace bounds how long a connection retired by a redirect stays
+// open for the calls still under way on it: the replica that redirected
+// answers those at once (it refuses what it no longer serves), so the
+// bound only matters for a replica that stops answering, and keeps at
+// most the redirects of the last drainGrace open.
+const drainGrace = 2 * time.Second
+
+// use returns the current connection (dialing as conn does) with a call
+// counted as under way on it; the caller must call release(cc) when the
+// call is over. A connection that a redirect retires is closed only once
+// its calls are over (retire).
+func (c *Client) use(ctx context.Context) (*transport.ClientConn, error) {
+	for {
+		cc, err := c.conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if c.mu.conn == cc {
+			c.mu.inflight[cc]++
+			c.mu.Unlock()
+			return cc, nil
+		}
+		// Retired or dropped between conn and now: take the next one.
+		c.mu.Unlock()
+	}
+}
+
+// release ends a call that use counted on cc, closing cc if a redirect
+// retired it and this was its last call.
+func (c *Client) release(cc *transport.ClientConn) {
+	c.mu.Lock()
+	n := c.mu.inflight[cc] - 1
+	if n > 0 {
+		c.mu.inflight[cc] = n
+		c.mu.Unlock()
+		return
+	}
+	delete(c.mu.inflight, cc)
+	t, retired := c.mu.draining[cc]
+	delete(c.mu.draining, cc)
+	c.mu.Unlock()
+	if retired {
+		t.Stop()
+		_ = cc.Close()
+	}
+}
+
+// drop forgets cc (if it is still current) and closes it at once, ending
+// every call on it: for a connection that failed. hint, if not empty, is
+// where to look for the master next.
 func (c *Client) drop(cc *transport.ClientConn, hint string) {
 	c.mu.Lock()
+	c.forgetLocked(cc, hint)
+	if t, ok := c.mu.draining[cc]; ok {
+		t.Stop()
+		delete(c.mu.draining, cc)
+	}
+	c.mu.Unlock()
+	_ = cc.Close()
+}
+
+// retire forgets cc (if it is still current) after its replica redirected
+// a call to hint, the master it names: new calls go to a new connection at
+// once, while cc stays open until the calls under way on it are over (or
+// drainGrace has passed), so that a call the replica is about to refuse
+// gets that refusal, not a closed connection that leaves its outcome
+// unknown.
+func (c *Client) retire(cc *transport.ClientConn, hint string) {
+	c.mu.Lock()
+	c.forgetLocked(cc, hint)
+	if _, ok := c.mu.draining[cc]; ok {
+		c.mu.Unlock()
+		return
+	}
+	if c.mu.inflight[cc] == 0 || c.ctx.Err() != nil {
+		c.mu.Unlock()
+		_ = cc.Close()
+		return
+	}
+	c.mu.drains++
+	if c.mu.onDrain != nil {
+		c.mu.onDrain(cc)
+	}
+	c.mu.draining[cc] = time.AfterFunc(drainGrace, func() {
+		c.mu.Lock()
+		delete(c.mu.draining, cc)
+		c.mu.Unlock()
+		_ = cc.Close()
+	})
+	c.mu.Unlock()
+}
+
+// forgetLocked makes cc no longer the current connection, pointing the
+// next dial at hint.
+// REQUIRES: c.mu held.
+func (c *Client) forgetLocked(cc *transport.ClientConn, hint string) {
 	if c.mu.conn == cc {
 		c.mu.conn = nil
 		c.mu.hint = hint
@@ -402,8 +514,6 @@ func (c *Client) drop(cc *transport.ClientConn, hint string) {
 			c.mu.redirects++
 		}
 	}
-	c.mu.Unlock()
-	_ = cc.Close()
 }
 
 // dropAll closes the current connection, whatever it is, so that the next
@@ -494,14 +604,16 @@ func (c *Client) succeeded() {
 
 // rpcOnce makes one attempt of method m. sent reports whether the request
 // may have reached a replica (false: it certainly did not). An error reply
-// is returned as *api.Error; NotMaster and failures of the connection drop
-// it so that the next attempt dials the master (a failure of the call's
+// is returned as *api.Error; NotMaster (retire) and failures of the
+// connection (drop) take it out of use so that the next attempt dials the
+// master (a failure of the call's
 // stream alone leaves the connection to the other calls on it).
 func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent bool, err error) {
-	cc, err := c.conn(ctx)
+	cc, err := c.use(ctx)
 	if err != nil {
 		return false, err
 	}
+	defer c.release(cc)
 	s, err := cc.OpenStream(ctx)
 	if err != nil {
 		c.dropIfBroken(ctx, cc, err)
@@ -549,12 +661,13 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 }
 
 // errorReply acts on an error reply that cc carried: NotMaster points the
-// client at the master it names, Unavailable (the replica is stopping)
-// drops the connection.
+// client at the master it names and retires the connection (it closes once
+// its calls are over: the replica works, it only no longer serves),
+// Unavailable (the replica is stopping) drops the connection.
 func (c *Client) errorReply(cc *transport.ClientConn, ae *api.Error) {
 	switch ae.Code {
 	case api.NotMaster:
-		c.drop(cc, ae.Master)
+		c.retire(cc, ae.Master)
 	case api.Unavailable:
 		c.drop(cc, "")
 	}

@@ -37,3 +37,12 @@ func CurrentConn(c *Client) *transport.ClientConn {
 	defer c.mu.Unlock()
 	return c.mu.conn
 }
+
+// OnDrain has f told (under the client's lock: f must not block or call
+// the client) of every connection a redirect retires while calls are
+// still on it.
+func OnDrain(c *Client, f func(*transport.ClientConn)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.onDrain = f
+}

@@ -113,13 +113,14 @@ func (ks *kaStream) read(c *Client) {
 
 // keepAliveOnce sends one KeepAlive on the connection's KeepAlive stream
 // and waits for its reply, with rpcOnce's treatment of failures: an error
-// reply is returned as *api.Error (NotMaster and Unavailable drop the
-// connection), and a failure of the connection drops it.
+// reply is returned as *api.Error (NotMaster retires the connection,
+// Unavailable drops it), and a failure of the connection drops it.
 func (c *Client) keepAliveOnce(ctx context.Context, req *api.KeepAliveRequest, resp *api.KeepAliveResponse) error {
-	cc, err := c.conn(ctx)
+	cc, err := c.use(ctx)
 	if err != nil {
 		return err
 	}
+	defer c.release(cc)
 	ks, err := c.kaStreamOn(ctx, cc)
 	if err != nil {
 		c.dropIfBroken(ctx, cc, err)

@@ -46,10 +46,11 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (api.SaveSnapsho
 // saveSnapshotOnce makes one attempt; started reports whether bytes were
 // written to w.
 func (c *Client) saveSnapshotOnce(ctx context.Context, w io.Writer) (head api.SaveSnapshotResponse, started bool, err error) {
-	cc, err := c.conn(ctx)
+	cc, err := c.use(ctx)
 	if err != nil {
 		return head, false, err
 	}
+	defer c.release(cc)
 	s, err := cc.OpenStream(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -84,7 +85,7 @@ func (c *Client) saveSnapshotOnce(ctx context.Context, w io.Writer) (head api.Sa
 		}
 		switch ae.Code {
 		case api.NotMaster:
-			c.drop(cc, ae.Master)
+			c.retire(cc, ae.Master)
 		case api.Unavailable:
 			c.drop(cc, "")
 		}
