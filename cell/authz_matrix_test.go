@@ -46,7 +46,14 @@ var errNone = errors.New("nothing received")
 // hold the lock, and one that may not must learn nothing about the node).
 // Run with -v to print the matrix.
 func TestAuthorizationMatrix(t *testing.T) {
-	lc := startCell(t, 3, nil)
+	// The sessions here are kept alive by hand, only where a row needs
+	// their events, and the matrix makes hundreds of calls: on a loaded
+	// machine that takes longer than the default 12 s lease. Leases are
+	// not what the matrix is about, so they outlast the test (its context
+	// is the hang guard) and no session can expire while it computes.
+	// The KeepAlive cadence stays the default's 1 s: rows that park a
+	// KeepAlive see the same answers as with the default lease.
+	lc := startCell(t, 3, func(c *cell.Config) { c.SessionLease, c.KeepAliveCadence = time.Hour, time.Second })
 	ctx := testCtx(t, 150*time.Second)
 	admin := certActor(t, lc, "admin", cell.AdminTenant, "admin")
 	for _, name := range []string{"alpha", "beta"} {
