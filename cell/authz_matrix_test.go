@@ -46,7 +46,23 @@ var errNone = errors.New("nothing received")
 // hold the lock, and one that may not must learn nothing about the node).
 // Run with -v to print the matrix.
 func TestAuthorizationMatrix(t *testing.T) {
-	lc := startCell(t, 3, nil)
+	// The sessions here are kept alive by hand, only where a row needs
+	// their events, and the matrix makes hundreds of calls: on a loaded
+	// machine that takes longer than the default 12 s lease. Leases are
+	// not what the matrix is about, so they outlast the test (its context
+	// is the hang guard) and no session can expire while it computes.
+	// The KeepAlive cadence stays the default's 1 s: rows that park a
+	// KeepAlive see the same answers as with the default lease.
+	//
+	// A fail-over would also change the answers (every call naming the
+	// old epoch is refused with Failover), and a master starved of CPU
+	// past its 1 s master lease loses it. So the master lease is 10 s
+	// (renewed every 250 ms); the first election still comes after 1.1 s,
+	// as no acceptor has granted a lease yet.
+	lc := startCell(t, 3, func(c *cell.Config) {
+		c.SessionLease, c.KeepAliveCadence = time.Hour, time.Second
+		c.LeaseTicks, c.HeartbeatTicks, c.ElectionTicks = 1000, 25, 110
+	})
 	ctx := testCtx(t, 150*time.Second)
 	admin := certActor(t, lc, "admin", cell.AdminTenant, "admin")
 	for _, name := range []string{"alpha", "beta"} {

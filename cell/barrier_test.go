@@ -20,8 +20,12 @@ import (
 // master, writes the file. The write may complete only once Alice can no
 // longer trust her cache: at that moment her session must be over.
 func TestWriteWaitsForFailoverBarrier(t *testing.T) {
-	lc := startCell(t, 3, func(c *cell.Config) { c.SessionLease = 3 * time.Second })
-	ctx := testCtx(t, 60*time.Second)
+	// Alice's session must live from her last KeepAlive until the new
+	// master has taken it over (it then grants a full lease from its
+	// take-over), so the lease is the margin for a stalled test goroutine
+	// and election on a loaded machine; Bob's write waits about one lease.
+	lc := startCell(t, 3, func(c *cell.Config) { c.SessionLease = 8 * time.Second })
+	ctx := testCtx(t, 120*time.Second)
 	a := newTestClient(t, lc, "t", "alice")
 	a.createSession(ctx)
 	resp, err := a.open(ctx, api.OpenRequest{Path: "/t/cached", Create: true, Contents: []byte("v1"), Cache: true})
@@ -52,6 +56,15 @@ func TestWriteWaitsForFailoverBarrier(t *testing.T) {
 
 	b := newTestClient(t, lc, "t", "bob")
 	b.createSession(ctx)
+	// Bob's write waits until Alice's session is over, about a lease: Bob
+	// keeps his own session alive meanwhile (on a connection of his own),
+	// or on a slow machine it could run out before his write completes.
+	bka := newTestClient(t, lc, "t", "bob")
+	bka.sess, bka.epoch = b.sess, b.epoch
+	bkaCtx, stopBKA := context.WithCancel(ctx)
+	wg.Add(1)
+	go func() { defer wg.Done(); bka.keepAliveLoop(bkaCtx, make(chan api.Event, 16)) }()
+	defer func() { stopBKA(); wg.Wait() }()
 	hb := b.mustOpen(ctx, "/t/cached")
 	start := time.Now()
 	if _, err := b.setContents(ctx, hb, []byte("v2")); err != nil {

@@ -24,7 +24,7 @@ func wantQuota(t *testing.T, what string, err error, quota string) {
 // resync makes a's requests follow a fail-over: it learns the new master's
 // epoch from the master itself (its session's KeepAlive loop, started by
 // keepAlive, acknowledges the fail-over).
-func (a *actor) resync(t *testing.T, ctx context.Context, old uint64) {
+func (a *actor) resync(t testing.TB, ctx context.Context, old uint64) {
 	t.Helper()
 	for {
 		var st api.CellStatusResponse
