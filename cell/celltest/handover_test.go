@@ -44,12 +44,7 @@ const (
 // to the replica the master picks.
 func TestPlannedHandOverInvisible(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := celltest.Start(t, celltest.Options{
-			Latency: handOverLatency,
-			Tune:    func(cfg *cell.Config) { cfg.SyncDelay = handOverFsync },
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
+		c, ctx := startHandOverCell(t)
 		const clients = 4
 		w := newHandOverWorld(t, ctx, c, clients)
 		defer w.stop()
@@ -149,6 +144,19 @@ type handOverWorker struct {
 		last  time.Time      // latest completion before since
 		moved map[uint64]int // completions per serving replica
 	}
+}
+
+// startHandOverCell starts a cell with the hand-over tests' latency and
+// fsync delay, and a context that bounds the test (a hang guard).
+func startHandOverCell(t *testing.T) (*celltest.Cell, context.Context) {
+	t.Helper()
+	c := celltest.Start(t, celltest.Options{
+		Latency: handOverLatency,
+		Tune:    func(cfg *cell.Config) { cfg.SyncDelay = handOverFsync },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return c, ctx
 }
 
 func newHandOverWorld(t *testing.T, ctx context.Context, c *celltest.Cell, n int) *handOverWorld {

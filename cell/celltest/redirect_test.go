@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/cell"
-	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
 )
 
@@ -30,12 +29,7 @@ const spanningWritesFloor = 3
 // hand-overs in a row.
 func TestHandOverInFlightWritesDefinite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := celltest.Start(t, celltest.Options{
-			Latency: handOverLatency,
-			Tune:    func(cfg *cell.Config) { cfg.SyncDelay = handOverFsync },
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
+		c, ctx := startHandOverCell(t)
 		cl := c.Dial(ctx, c.ClientConfig("", "writer"))
 		s, err := cl.NewSession(ctx)
 		if err != nil {
