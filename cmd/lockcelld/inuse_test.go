@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -23,13 +22,9 @@ func TestServeDataDirInUse(t *testing.T) {
 	bin := lockcelldBinary(t)
 	dir := filepath.Join(t.TempDir(), "cell")
 	addr := "127.0.0.1:" + strconv.Itoa(freePorts(t, "udp", 1)[0])
-	var out bytes.Buffer
-	if code := run([]string{"init", "--dir", dir, "--cell", "inuse", "--replicas", addr, "--http-port", "0"}, &out, &out); code != 0 {
-		t.Fatalf("init exited %d: %s", code, out.String())
-	}
+	cfgFile := initOneReplica(t, dir, "inuse", addr, "--http-port", "0")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfgFile := filepath.Join(dir, "replica-1.json")
 	logf, err := os.Create(filepath.Join(t.TempDir(), "first.log"))
 	if err != nil {
 		t.Fatal(err)

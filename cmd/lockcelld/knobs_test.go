@@ -16,11 +16,7 @@ import (
 // same config reads.
 func TestTestKnobsNeedFaultInjection(t *testing.T) {
 	dir := t.TempDir()
-	var out bytes.Buffer
-	if code := run([]string{"init", "--dir", dir + "/cell", "--cell", "knobs", "--replicas", "127.0.0.1:1"}, &out, &out); code != 0 {
-		t.Fatalf("init exited %d: %s", code, out.String())
-	}
-	base := filepath.Join(dir, "cell", "replica-1.json")
+	base := initOneReplica(t, dir+"/cell", "knobs", "127.0.0.1:1")
 	knobs := map[string]any{"clock_scale": 2.0, "sync_delay": "10ms", "unsafe_no_fsync": true}
 	for knob, value := range knobs {
 		for _, faults := range []bool{false, true} {
@@ -52,7 +48,7 @@ func TestTestKnobsNeedFaultInjection(t *testing.T) {
 				t.Errorf("%s without fault_injection: got %v, want a TestKnobError naming it", knob, err)
 				continue
 			}
-			out.Reset()
+			var out bytes.Buffer
 			if code := run([]string{"serve", "--config", file}, &out, &out); code == 0 || !strings.Contains(out.String(), knob) {
 				t.Errorf("serve with %s and no fault_injection: exit %d: %s", knob, code, out.String())
 			}
@@ -65,11 +61,7 @@ func TestTestKnobsNeedFaultInjection(t *testing.T) {
 // transport's defaults).
 func TestConnLimitSettings(t *testing.T) {
 	dir := t.TempDir()
-	var out bytes.Buffer
-	if code := run([]string{"init", "--dir", dir + "/cell", "--cell", "limits", "--replicas", "127.0.0.1:1"}, &out, &out); code != 0 {
-		t.Fatalf("init exited %d: %s", code, out.String())
-	}
-	base := filepath.Join(dir, "cell", "replica-1.json")
+	base := initOneReplica(t, dir+"/cell", "limits", "127.0.0.1:1")
 	b, err := os.ReadFile(base)
 	if err != nil {
 		t.Fatal(err)

@@ -33,13 +33,10 @@ func TestListenInUse(t *testing.T) {
 	t.Run("serve", func(t *testing.T) {
 		bin := lockcelldBinary(t)
 		dir := filepath.Join(t.TempDir(), "cell")
-		var out bytes.Buffer
-		if code := run([]string{"init", "--dir", dir, "--cell", "busy", "--replicas", addr, "--http-port", "0"}, &out, &out); code != 0 {
-			t.Fatalf("init exited %d: %s", code, out.String())
-		}
+		cfgFile := initOneReplica(t, dir, "busy", addr, "--http-port", "0")
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		got, err := exec.CommandContext(ctx, bin, "serve", "--config", filepath.Join(dir, "replica-1.json")).CombinedOutput()
+		got, err := exec.CommandContext(ctx, bin, "serve", "--config", cfgFile).CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			t.Fatalf("serve on a bound port: %v; want exit 1\n%s", err, got)

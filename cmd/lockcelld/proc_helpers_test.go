@@ -432,3 +432,15 @@ func (c *procCell) converged() bool {
 	}
 	return first != nil
 }
+
+// initOneReplica runs `lockcelld init` for a one-replica cell named name at
+// addr in dir (extra flags appended) and returns replica 1's config file.
+func initOneReplica(t *testing.T, dir, name, addr string, extra ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	args := append([]string{"init", "--dir", dir, "--cell", name, "--replicas", addr}, extra...)
+	if code := run(args, &out, &out); code != 0 {
+		t.Fatalf("init exited %d: %s", code, out.String())
+	}
+	return filepath.Join(dir, "replica-1.json")
+}
