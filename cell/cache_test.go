@@ -32,11 +32,7 @@ func TestCacheInvalidatedBeforeWrite(t *testing.T) {
 	b := newTestClient(t, lc, "t", "bob")
 	b.createSession(ctx)
 	hb := b.mustOpen(ctx, "/t/cached")
-	written := make(chan error, 1)
-	go func() {
-		_, err := b.setContents(ctx, hb, []byte("v2"))
-		written <- err
-	}()
+	written := b.goSetContents(ctx, hb, []byte("v2"))
 	// Alice has not acknowledged anything: the write must wait.
 	select {
 	case err := <-written:
@@ -85,11 +81,7 @@ func TestCacheWriteAfterAbandonedInvalidation(t *testing.T) {
 		t.Fatal("a write completed although the caching session acknowledged nothing")
 	}
 
-	written := make(chan error, 1)
-	go func() {
-		_, err := b.setContents(ctx, hb, []byte("v3"))
-		written <- err
-	}()
+	written := b.goSetContents(ctx, hb, []byte("v3"))
 	// Alice still caches v1 as far as the master can know: the second
 	// write must wait for her too.
 	select {

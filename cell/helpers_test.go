@@ -284,6 +284,17 @@ func (c *testClient) checkSequencer(ctx context.Context, seq []byte) (api.CheckS
 	return resp, err
 }
 
+// goSetContents runs setContents in a goroutine and returns where its
+// error arrives.
+func (c *testClient) goSetContents(ctx context.Context, h api.Handle, data []byte) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.setContents(ctx, h, data)
+		done <- err
+	}()
+	return done
+}
+
 func (c *testClient) setContents(ctx context.Context, h api.Handle, data []byte) (api.StatResponse, error) {
 	var resp api.StatResponse
 	err := c.call(ctx, api.MethodSetContents, &api.SetContentsRequest{Header: c.header(), Handle: h, Contents: data}, &resp, false)
