@@ -32,10 +32,11 @@ type master struct {
 	lim   *limiter
 	sched *scheduler
 
+	// owners maps live sessions to their principals and token bindings.
+	owners *sessionOwners
+
 	mu struct {
 		sync.Mutex
-		// owners maps every live session to its principal.
-		owners map[uint64]namespace.Caller
 		// queues holds the lock waiters per lock path, in arrival order.
 		queues map[string]*lockQueue
 		// subs maps a path to the sessions watching it and what they want.
@@ -46,9 +47,6 @@ type master struct {
 		// writing counts the cache-invalidating writes in progress per
 		// path; while one is, reads are not cacheable.
 		writing map[string]int
-		// tokens maps a session to the tokens it was created or used with,
-		// so that revoking a token ends its sessions (see auth.go).
-		tokens map[uint64]map[string]struct{}
 	}
 }
 
@@ -63,12 +61,11 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &master{r: r, epoch: epoch, sessions: mgr, ctx: ctx, cancel: cancel}
-	m.mu.owners = map[uint64]namespace.Caller{}
+	m.owners = newSessionOwners()
 	m.mu.queues = map[string]*lockQueue{}
 	m.mu.subs = map[string]map[uint64]api.EventMask{}
 	m.mu.cachers = map[string]map[uint64]struct{}{}
 	m.mu.writing = map[string]int{}
-	m.mu.tokens = map[uint64]map[string]struct{}{}
 	m.lim = newLimiter(r)
 	m.sched = newScheduler(r, m.lim)
 	admin := r.admin()
@@ -85,7 +82,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 			return nil, err
 		}
 		for _, s := range list {
-			m.mu.owners[s.ID] = namespace.Caller{Tenant: s.Tenant, Principal: s.Principal}
+			m.owners.add(s.ID, namespace.Caller{Tenant: s.Tenant, Principal: s.Principal})
 			ids = append(ids, session.ID(s.ID))
 		}
 	}
@@ -149,26 +146,15 @@ func (m *master) expireLoop() {
 	}
 }
 
-// owner returns the principal that owns a live session.
-func (m *master) owner(id uint64) (namespace.Caller, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c, ok := m.mu.owners[id]
-	return c, ok
-}
-
 // onApplied runs on the run loop goroutine for every command applied while
 // this replica is master, whoever proposed it: it keeps sessions, waiters
 // and subscriptions in step with the replicated state and publishes events.
-// It must not block.
-func (m *master) onApplied(cmd []byte, res namespace.Result) {
+// It learns everything from the result (the namespace decoded the command
+// once, to apply it). It must not block.
+func (m *master) onApplied(res namespace.Result) {
 	switch reply := res.Reply.(type) {
 	case *namespace.SessionCreated:
-		if c, err := namespace.DecodeCommand(cmd); err == nil {
-			m.mu.Lock()
-			m.mu.owners[reply.Session] = c.Caller
-			m.mu.Unlock()
-		}
+		m.owners.add(reply.Session, reply.Owner)
 		if _, err := m.sessions.Add(session.ID(reply.Session)); err != nil && !errors.Is(err, session.ErrDuplicateSession) {
 			m.r.log.Warn("tracking new session", "session", reply.Session, "err", err)
 		}
@@ -177,9 +163,8 @@ func (m *master) onApplied(cmd []byte, res namespace.Result) {
 	default:
 		m.tokenApplied(reply)
 	case *namespace.SessionEnded:
+		m.owners.remove(reply.Session)
 		m.mu.Lock()
-		delete(m.mu.owners, reply.Session)
-		delete(m.mu.tokens, reply.Session)
 		for path, subs := range m.mu.subs {
 			delete(subs, reply.Session)
 			if len(subs) == 0 {
@@ -256,7 +241,8 @@ func (m *master) publish(want api.EventMask, ev api.Event) {
 	var to []target
 	for sess, mask := range m.mu.subs[ev.Path] {
 		if mask&want != 0 {
-			to = append(to, target{sess, m.mu.owners[sess]})
+			c, _ := m.owners.owner(sess)
+			to = append(to, target{sess, c})
 		}
 	}
 	m.mu.Unlock()
@@ -283,33 +269,10 @@ func (m *master) mayRead(caller namespace.Caller, path string, gone bool) bool {
 	return gone && errors.Is(err, api.ErrNotFound)
 }
 
-// bindToken records that sess was created or used with token id.
-func (m *master) bindToken(sess uint64, id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, live := m.mu.owners[sess]; !live {
-		return
-	}
-	ts := m.mu.tokens[sess]
-	if ts == nil {
-		ts = map[string]struct{}{}
-		m.mu.tokens[sess] = ts
-	}
-	ts[id] = struct{}{}
-}
-
 // tokenRevoked expires every session bound to the revoked token id. It
 // runs on the run loop goroutine and must not block.
 func (m *master) tokenRevoked(id string) {
-	m.mu.Lock()
-	var ended []uint64
-	for sess, ts := range m.mu.tokens {
-		if _, ok := ts[id]; ok {
-			ended = append(ended, sess)
-		}
-	}
-	m.mu.Unlock()
-	for _, sess := range ended {
+	for _, sess := range m.owners.boundTo(id) {
 		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
 		go m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
 	}
@@ -384,7 +347,7 @@ func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind
 	cachers := maps.Clone(m.mu.cachers[path])
 	owners := make(map[uint64]namespace.Caller, len(cachers))
 	for sess := range cachers {
-		owners[sess] = m.mu.owners[sess]
+		owners[sess], _ = m.owners.owner(sess)
 	}
 	m.mu.Unlock()
 	// A session that may no longer read the node (an ACL, or an ACL file's

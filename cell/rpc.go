@@ -186,7 +186,7 @@ func (c *rpcCall) needSession(h api.Header) (*master, error) {
 // ownSession checks that sess is live and the caller's, and remembers the
 // token the caller used with it (so that revoking the token ends it).
 func (c *rpcCall) ownSession(m *master, sess uint64) error {
-	owner, ok := m.owner(sess)
+	owner, ok := m.owners.owner(sess)
 	if !ok {
 		return apiErr(api.SessionExpired, "no such session")
 	}
@@ -194,7 +194,7 @@ func (c *rpcCall) ownSession(m *master, sess uint64) error {
 		return apiErr(api.PermissionDenied, "the session belongs to another principal")
 	}
 	if c.tokenID != "" {
-		m.bindToken(sess, c.tokenID)
+		m.owners.bindToken(sess, c.tokenID)
 	}
 	return nil
 }
@@ -264,7 +264,7 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 	}
 	sc := reply.(*namespace.SessionCreated)
 	if c.tokenID != "" {
-		m.bindToken(sc.Session, c.tokenID)
+		m.owners.bindToken(sc.Session, c.tokenID)
 	}
 	lease, err := m.sessions.Lease(session.ID(sc.Session))
 	if err != nil {
