@@ -34,13 +34,13 @@ type master struct {
 
 	// owners maps live sessions to their principals and token bindings.
 	owners *sessionOwners
+	// subs holds the event subscriptions of open handles.
+	subs *subscriptions
 
 	mu struct {
 		sync.Mutex
 		// queues holds the lock waiters per lock path, in arrival order.
 		queues map[string]*lockQueue
-		// subs maps a path to the sessions watching it and what they want.
-		subs map[string]map[uint64]api.EventMask
 		// cachers maps a path to the sessions that may hold it in their
 		// cache (they read it through a Cache handle).
 		cachers map[string]map[uint64]struct{}
@@ -62,8 +62,13 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &master{r: r, epoch: epoch, sessions: mgr, ctx: ctx, cancel: cancel}
 	m.owners = newSessionOwners()
+	m.subs = newSubscriptions(m.owners.owner,
+		func(c namespace.Caller, path string) (bool, error) { return r.ns.Allowed(c, path, api.PermRead) },
+		func(sess uint64, ev api.Event) {
+			_ = m.sessions.Publish(session.ID(sess), ev)
+			r.metrics.events.Inc()
+		})
 	m.mu.queues = map[string]*lockQueue{}
-	m.mu.subs = map[string]map[uint64]api.EventMask{}
 	m.mu.cachers = map[string]map[uint64]struct{}{}
 	m.mu.writing = map[string]int{}
 	m.lim = newLimiter(r)
@@ -164,13 +169,8 @@ func (m *master) onApplied(res namespace.Result) {
 		m.tokenApplied(reply)
 	case *namespace.SessionEnded:
 		m.owners.remove(reply.Session)
+		m.subs.forgetSession(reply.Session)
 		m.mu.Lock()
-		for path, subs := range m.mu.subs {
-			delete(subs, reply.Session)
-			if len(subs) == 0 {
-				delete(m.mu.subs, path)
-			}
-		}
 		for path, cs := range m.mu.cachers {
 			delete(cs, reply.Session)
 			if len(cs) == 0 {
@@ -181,92 +181,11 @@ func (m *master) onApplied(res namespace.Result) {
 		_ = m.sessions.Remove(session.ID(reply.Session))
 	}
 	for _, ch := range res.Changes {
-		m.publishChange(ch)
+		m.subs.publishChange(ch)
 	}
 	for _, f := range res.Freed {
 		m.lockFreed(f)
 	}
-}
-
-// subscribe records that session (of caller) watches path for the events
-// in mask, if caller may read the node; a caller that may not is not
-// subscribed (the handle's events are the caller's word, like its path).
-func (m *master) subscribe(caller namespace.Caller, sess uint64, path string, mask api.EventMask) {
-	if mask == 0 {
-		return
-	}
-	m.mu.Lock()
-	have := m.mu.subs[path][sess]
-	m.mu.Unlock()
-	if have&mask == mask {
-		return // already subscribed (checked when it was)
-	}
-	if ok, err := m.r.ns.Allowed(caller, path, api.PermRead); err != nil || !ok {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	subs := m.mu.subs[path]
-	if subs == nil {
-		subs = map[uint64]api.EventMask{}
-		m.mu.subs[path] = subs
-	}
-	subs[sess] |= mask
-}
-
-// unsubscribe forgets session's watch on path.
-func (m *master) unsubscribe(sess uint64, path string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if subs := m.mu.subs[path]; subs != nil {
-		delete(subs, sess)
-		if len(subs) == 0 {
-			delete(m.mu.subs, path)
-		}
-	}
-}
-
-// publish sends ev to every session watching ev.Path for want whose
-// principal may read the node now: permission was checked when the session
-// subscribed, and is checked again here because an ACL change (of the node,
-// or of the contents of an ACL file it names) may have taken it away since.
-// For a deleted node (EventHandleInvalid) "may read" means the namespace
-// would tell the caller NotFound rather than PermissionDenied.
-func (m *master) publish(want api.EventMask, ev api.Event) {
-	type target struct {
-		sess   uint64
-		caller namespace.Caller
-	}
-	m.mu.Lock()
-	var to []target
-	for sess, mask := range m.mu.subs[ev.Path] {
-		if mask&want != 0 {
-			c, _ := m.owners.owner(sess)
-			to = append(to, target{sess, c})
-		}
-	}
-	m.mu.Unlock()
-	for _, t := range to {
-		if !m.mayRead(t.caller, ev.Path, ev.Kind == api.EventHandleInvalid) {
-			continue
-		}
-		_ = m.sessions.Publish(session.ID(t.sess), ev)
-		m.r.metrics.events.Inc()
-	}
-}
-
-// mayRead reports whether caller may read path now. With gone, a node that
-// no longer exists counts as readable if the caller may read its nearest
-// existing ancestor (it would be told NotFound).
-func (m *master) mayRead(caller namespace.Caller, path string, gone bool) bool {
-	if caller.Principal == "" {
-		return false
-	}
-	ok, err := m.r.ns.Allowed(caller, path, api.PermRead)
-	if err == nil {
-		return ok
-	}
-	return gone && errors.Is(err, api.ErrNotFound)
 }
 
 // tokenRevoked expires every session bound to the revoked token id. It
@@ -275,25 +194,6 @@ func (m *master) tokenRevoked(id string) {
 	for _, sess := range m.owners.boundTo(id) {
 		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
 		go m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
-	}
-}
-
-func (m *master) publishChange(ch namespace.NodeChange) {
-	switch ch.Kind {
-	case namespace.ChangeContents:
-		m.publish(api.WantContentsModified, api.Event{Kind: api.EventContentsModified, Path: ch.Path, Instance: ch.Instance})
-	case namespace.ChangeChildAdded:
-		m.publish(api.WantChildAdded, api.Event{Kind: api.EventChildAdded, Path: ch.Path, Child: ch.Child, Instance: ch.Instance})
-	case namespace.ChangeChildRemoved:
-		m.publish(api.WantChildRemoved, api.Event{Kind: api.EventChildRemoved, Path: ch.Path, Child: ch.Child, Instance: ch.Instance})
-	case namespace.ChangeLockAcquired:
-		m.publish(api.WantLockAcquired, api.Event{Kind: api.EventLockAcquired, Path: ch.Path, Instance: ch.Instance})
-	case namespace.ChangeDeleted:
-		// Every handle on the node is now invalid, whatever it asked for.
-		m.publish(^api.EventMask(0), api.Event{Kind: api.EventHandleInvalid, Path: ch.Path, Instance: ch.Instance})
-		m.mu.Lock()
-		delete(m.mu.subs, ch.Path)
-		m.mu.Unlock()
 	}
 }
 
@@ -356,7 +256,7 @@ func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind
 	// let it stall writers it may not even see. Whatever it cached it read
 	// while it could.
 	for sess, caller := range owners {
-		if !m.mayRead(caller, path, false) {
+		if !m.subs.mayRead(caller, path, false) {
 			delete(cachers, sess)
 			m.forgetCacher(path, sess)
 		}
@@ -595,7 +495,7 @@ func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, 
 		next = len(q.waiters) > 0
 	case errors.Is(err, api.ErrLocked):
 		// Stay at the head; the release that frees the lock kicks again.
-		m.notifyConflict(q.path)
+		m.subs.conflict(q.path)
 	case errors.Is(err, api.ErrLockDelay):
 		// The delay ends when the cell's time reaches ae.Until; while a
 		// lock-delay runs, that time follows this replica's monotonic
@@ -636,15 +536,6 @@ func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, 
 	if next {
 		go m.kick(q.path)
 	}
-}
-
-// notifyConflict tells the holders of path that someone waits for it.
-// REQUIRES: m.mu held.
-func (m *master) notifyConflict(path string) {
-	if len(m.mu.subs[path]) == 0 {
-		return
-	}
-	go m.publish(api.WantConflictingLock, api.Event{Kind: api.EventConflictingLock, Path: path})
 }
 
 // lockFreed wakes the head waiter of a lock that became free, or fails

@@ -229,7 +229,7 @@ func (c *rpcCall) needHandle(h api.Header, hd api.Handle) (*master, error) {
 	// Re-establish the handle's subscription on first use after a
 	// fail-over (Chubby §2.9) — but only for a caller that may read the
 	// node: handles are self-describing, so the path is the caller's word.
-	m.subscribe(c.caller, h.Session, hd.Path, hd.Events)
+	m.subs.subscribe(c.caller, h.Session, hd.Path, hd.Events)
 	return m, nil
 }
 
@@ -343,7 +343,7 @@ func handleOpen(ctx context.Context, c *rpcCall, req *api.OpenRequest) (any, err
 		return nil, err
 	}
 	resp.Handle = api.Handle{Session: req.Session, Path: req.Path, Instance: resp.Stat.Instance, Events: req.Events, Cache: req.Cache}
-	m.subscribe(c.caller, req.Session, req.Path, req.Events)
+	m.subs.subscribe(c.caller, req.Session, req.Path, req.Events)
 	return resp, nil
 }
 
@@ -352,7 +352,7 @@ func handleClose(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, 
 	if err != nil {
 		return nil, err
 	}
-	m.unsubscribe(req.Session, req.Handle.Path)
+	m.subs.unsubscribe(req.Session, req.Handle.Path)
 	return &api.Empty{}, nil
 }
 
@@ -506,9 +506,7 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 		g, err := c.acquireOnce(ctx, &namespace.Acquire{Session: req.Session, Path: path, Mode: req.Mode})
 		if err != nil {
 			if errors.Is(err, api.ErrLocked) {
-				m.mu.Lock()
-				m.notifyConflict(path)
-				m.mu.Unlock()
+				m.subs.conflict(path)
 			}
 			return nil, err
 		}
