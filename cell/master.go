@@ -3,7 +3,6 @@ package cell
 import (
 	"context"
 	"errors"
-	"maps"
 	"sync"
 	"time"
 
@@ -36,17 +35,14 @@ type master struct {
 	owners *sessionOwners
 	// subs holds the event subscriptions of open handles.
 	subs *subscriptions
+	// caches knows which sessions may cache which nodes, and invalidates
+	// them before a write.
+	caches *cacheRegistry
 
 	mu struct {
 		sync.Mutex
 		// queues holds the lock waiters per lock path, in arrival order.
 		queues map[string]*lockQueue
-		// cachers maps a path to the sessions that may hold it in their
-		// cache (they read it through a Cache handle).
-		cachers map[string]map[uint64]struct{}
-		// writing counts the cache-invalidating writes in progress per
-		// path; while one is, reads are not cacheable.
-		writing map[string]int
 	}
 }
 
@@ -69,8 +65,20 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 			r.metrics.events.Inc()
 		})
 	m.mu.queues = map[string]*lockQueue{}
-	m.mu.cachers = map[string]map[uint64]struct{}{}
-	m.mu.writing = map[string]int{}
+	m.caches = newCacheRegistry(cacheDeps{
+		mayRead: func(sess uint64, path string) bool {
+			c, _ := m.owners.owner(sess)
+			return m.subs.mayRead(c, path, false)
+		},
+		failoverDone: mgr.FailoverDone,
+		stopped:      ctx.Done(),
+		stoppedErr:   func() error { return r.notMaster() },
+		invalidate: func(ctx context.Context, sess uint64, ev api.Event) error {
+			return mgr.Invalidate(ctx, session.ID(sess), ev)
+		},
+		invalidateErr: func(err error) error { return r.sessionError(err) },
+		sent:          func(n int) { r.metrics.invalidations.Add(float64(n)) },
+	})
 	m.lim = newLimiter(r)
 	m.sched = newScheduler(r, m.lim)
 	admin := r.admin()
@@ -170,14 +178,7 @@ func (m *master) onApplied(res namespace.Result) {
 	case *namespace.SessionEnded:
 		m.owners.remove(reply.Session)
 		m.subs.forgetSession(reply.Session)
-		m.mu.Lock()
-		for path, cs := range m.mu.cachers {
-			delete(cs, reply.Session)
-			if len(cs) == 0 {
-				delete(m.mu.cachers, path)
-			}
-		}
-		m.mu.Unlock()
+		m.caches.forgetSession(reply.Session)
 		_ = m.sessions.Remove(session.ID(reply.Session))
 	}
 	for _, ch := range res.Changes {
@@ -195,115 +196,6 @@ func (m *master) tokenRevoked(id string) {
 		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
 		go m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
 	}
-}
-
-// registerCacher records, before a read through a Cache handle, that the
-// session may cache path, and reports whether the read is cacheable: it is
-// not while a write to path is invalidating caches (the read could return
-// the old value after the session was invalidated).
-func (m *master) registerCacher(sess uint64, path string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.mu.writing[path] > 0 {
-		return false
-	}
-	cs := m.mu.cachers[path]
-	if cs == nil {
-		cs = map[uint64]struct{}{}
-		m.mu.cachers[path] = cs
-	}
-	cs[sess] = struct{}{}
-	return true
-}
-
-// forgetCacher records that sess no longer caches path.
-func (m *master) forgetCacher(path string, sess uint64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if cs := m.mu.cachers[path]; cs != nil {
-		delete(cs, sess)
-		if len(cs) == 0 {
-			delete(m.mu.cachers, path)
-		}
-	}
-}
-
-// invalidate is called before a write to path is proposed. It marks the
-// write in progress, waits until a new master's fail-over is acknowledged by
-// every session (Chubby §2.9: until then a client may still trust a cache
-// the old master was keeping consistent), then invalidates every session
-// caching path and waits until each acknowledged or its lease ran out. The
-// caller must call the returned end once the write was applied or failed.
-func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind) (end func(), err error) {
-	m.mu.Lock()
-	m.mu.writing[path]++
-	// Each session stays registered until its Invalidate returns nil (it
-	// acknowledged, or its lease ran out): a write that gives up waiting
-	// (its deadline) leaves the event queued and the session's cache
-	// unflushed, so the next write, and any write running beside this
-	// one, must wait for that session too. Dropping the registry entry up
-	// front let such a write complete while the session still served the
-	// old contents from its cache.
-	cachers := maps.Clone(m.mu.cachers[path])
-	owners := make(map[uint64]namespace.Caller, len(cachers))
-	for sess := range cachers {
-		owners[sess], _ = m.owners.owner(sess)
-	}
-	m.mu.Unlock()
-	// A session that may no longer read the node (an ACL, or an ACL file's
-	// contents, changed since it read) is dropped without an invalidation:
-	// it would reveal the write, and waiting for its acknowledgement would
-	// let it stall writers it may not even see. Whatever it cached it read
-	// while it could.
-	for sess, caller := range owners {
-		if !m.subs.mayRead(caller, path, false) {
-			delete(cachers, sess)
-			m.forgetCacher(path, sess)
-		}
-	}
-	end = func() {
-		m.mu.Lock()
-		if m.mu.writing[path]--; m.mu.writing[path] <= 0 {
-			delete(m.mu.writing, path)
-		}
-		m.mu.Unlock()
-	}
-	select {
-	case <-m.sessions.FailoverDone():
-	case <-ctx.Done():
-		end()
-		return nil, ctxError(ctx)
-	case <-m.ctx.Done():
-		end()
-		return nil, m.r.notMaster()
-	}
-	if len(cachers) == 0 {
-		return end, nil
-	}
-	errs := make(chan error, len(cachers))
-	for sess := range cachers {
-		go func(sess uint64) {
-			err := m.sessions.Invalidate(ctx, session.ID(sess), api.Event{Kind: kind, Path: path})
-			if err == nil {
-				// It holds nothing of path any more, and cannot cache it
-				// again while this write is in progress (registerCacher).
-				m.forgetCacher(path, sess)
-			}
-			errs <- err
-		}(sess)
-	}
-	var first error
-	for range cachers {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	m.r.metrics.invalidations.Add(float64(len(cachers)))
-	if first != nil {
-		end()
-		return nil, m.r.sessionError(first)
-	}
-	return end, nil
 }
 
 // lockQueue is the FIFO of sessions waiting for one lock at this master. A

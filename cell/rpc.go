@@ -367,7 +367,7 @@ func (c *rpcCall) cacheable(m *master, h api.Header, hd api.Handle) bool {
 	if ok, err := c.r.ns.Allowed(c.caller, hd.Path, api.PermRead); err != nil || !ok {
 		return false
 	}
-	return m.registerCacher(h.Session, hd.Path)
+	return m.caches.register(h.Session, hd.Path)
 }
 
 func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
@@ -452,7 +452,7 @@ func (c *rpcCall) write(ctx context.Context, h api.Header, hd api.Handle, kind a
 			return nil, err
 		}
 	}
-	end, err := m.invalidate(ctx, hd.Path, kind)
+	end, err := m.caches.invalidate(ctx, hd.Path, kind)
 	if err != nil {
 		return nil, err
 	}
