@@ -2,13 +2,18 @@ package paxos
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/lockcell/lockcell/internal/wire"
 )
 
 // updateGolden rewrites testdata/golden_storage.hex from the current
@@ -108,4 +113,48 @@ func TestGoldenStorage(t *testing.T) {
 		t.Errorf("checked %d of %d golden values", checked, len(cases))
 	}
 	t.Logf("%d golden values checked", checked)
+}
+
+// TestPebbleRefusesPaddedVarints: each varint of a hard state, an entry and
+// a snapshot descriptor, padded by one byte to a longer encoding of the
+// same number and sealed with a correct checksum, is refused as corrupt and
+// not canonical. Without the canonical rule each would decode to the same
+// value.
+func TestPebbleRefusesPaddedVarints(t *testing.T) {
+	entry := Entry{Slot: 300, Ballot: 5, Value: Value{Cmds: []Command{{ID: ProposalID{Ballot: 5, Seq: 1}, Data: []byte("x")}}}}
+	values := []struct {
+		kind    byte
+		payload []byte
+		varints int // leading varints of the payload
+		decode  func([]byte) error
+	}{
+		{keyTagHardState, pebbleEncodeHardState(nil, HardState{Promised: 7, Chosen: 200, Rebuilding: true}), 3,
+			func(v []byte) error { _, err := pebbleDecodeHardState(v); return err }},
+		// slot ballot ncmds cmd.ballot cmd.seq len, then the data.
+		{keyTagEntry, pebbleEncodeEntry(nil, &entry), 6, func(v []byte) error { _, err := pebbleDecodeEntry(v); return err }},
+		// slot size chunks, then the crc.
+		{keyTagSnapshot, pebbleEncodeSnapshotDesc(nil, pebbleSnapshotDesc{slot: 9, size: 1000, chunks: 1, crc: 1}), 3,
+			func(v []byte) error { _, err := pebbleDecodeSnapshotDesc(v); return err }},
+	}
+	refused := 0
+	for _, v := range values {
+		if err := v.decode(v.payload); err != nil {
+			t.Fatalf("%q: the unpadded value fails: %v", v.kind, err)
+		}
+		p := v.payload[pebbleHeaderLen : len(v.payload)-pebbleTrailerLen]
+		for off, i := 0, 0; i < v.varints; i++ {
+			_, n := binary.Uvarint(p[off:])
+			padded := append(append(bytes.Clone(p[:off+n-1]), p[off+n-1]|0x80, 0), p[off+n:]...)
+			val := pebbleSealEnd(append(pebbleSealStart(nil, v.kind), padded...), 0)
+			if err := v.decode(val); !errors.Is(err, ErrPebbleCorrupt) || !errors.Is(err, wire.ErrNonCanonical) {
+				t.Errorf("%q with varint %d padded: %v; want a non-canonical ErrPebbleCorrupt", v.kind, i, err)
+			} else {
+				refused++
+			}
+			off += n
+		}
+	}
+	if refused != 12 {
+		t.Fatalf("only %d padded varints refused", refused)
+	}
 }
