@@ -31,22 +31,27 @@ const module = "github.com/lockcell/lockcell"
 // through client, whose calls take and return api's types. cell/celltest's
 // "transport" includes the simulated network, transport/memnet.
 var allowed = map[string][]string{
-	"paxos":           {},
-	"paxos/paxostest": {"paxos"},
-	"sequencer":       {},
-	"api":             {},
-	"transport":       {},
-	"namespace":       {"api", "sequencer"},
-	"session":         {"api"},
-	"cell":            {"paxos", "namespace", "session", "sequencer", "api", "transport"},
-	"cell/celltest":   {"cell", "client", "api", "transport", "transport/memnet"},
-	"client":          {"api", "transport", "sequencer"},
-	"cmd/lockcelld":   {"cell", "client", "api"},
-	"cmd/lockctl":     {"client", "api"},
-	"tools":           {"client", "api", "sequencer", "cell", "cell/celltest", "namespace", "paxos", "transport"},
-	"bench":           {"client", "api", "sequencer", "cell", "cell/celltest"},
-	"internal":        {},
+	"paxos":             {},
+	"paxos/paxostest":   {"paxos"},
+	"sequencer":         {},
+	"api":               {},
+	"transport":         {},
+	"namespace":         {"api", "sequencer"},
+	"session":           {"api"},
+	"cell":              {"paxos", "namespace", "session", "sequencer", "api", "transport"},
+	"cell/celltest":     {"cell", "client", "api", "transport", "transport/memnet"},
+	"client":            {"api", "transport", "sequencer"},
+	"cmd/lockcelld":     {"cell", "client", "api"},
+	"cmd/lockctl":       {"client", "api"},
+	"tools":             {"client", "api", "sequencer", "cell", "cell/celltest", "namespace", "paxos", "transport"},
+	"bench":             {"client", "api", "sequencer", "cell", "cell/celltest"},
+	"internal":          {},
+	"internal/proccell": {"api", "client", "transport"},
 }
+
+// topLayerInternal are internal packages that belong to the top layer:
+// only cmd, tools and bench, and tests, may import them.
+var topLayerInternal = []string{"internal/proccell"}
 
 // pureCoreForbidden are standard-library imports the paxos core must not use:
 // it is a deterministic state machine (DESIGN.md). Only its Pebble storage
@@ -87,6 +92,10 @@ func TestCheckerCatchesBadEdges(t *testing.T) {
 		{file: "weird/x.go", from: "weird", to: "api"},
 		{file: "cmd/lockctl/x.go", from: "cmd/lockctl", to: "cmd/lockcelld"},
 		{file: "bench/x.go", from: "bench", to: "tools/nemesis"},
+		{file: "cell/x.go", from: "cell", to: "internal/proccell"},
+		{file: "client/x.go", from: "client", to: "internal/proccell"},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "cell"},
+		{file: "internal/certs/x.go", from: "internal/certs", to: "internal/proccell"},
 	}
 	for _, e := range bad {
 		if v := checkEdges([]edge{e}); len(v) != 1 {
@@ -100,6 +109,11 @@ func TestCheckerCatchesBadEdges(t *testing.T) {
 		{file: "client/x_test.go", from: "client", to: "cell", isTest: true},
 		{file: "tools/nemesis/x.go", from: "tools/nemesis", to: "tools/fencedkv"},
 		{file: "bench/cmd/b/x.go", from: "bench/cmd/b", to: "bench"},
+		{file: "bench/x.go", from: "bench", to: "internal/proccell"},
+		{file: "tools/nemesis/x.go", from: "tools/nemesis", to: "internal/proccell"},
+		{file: "cmd/lockcelld/x_test.go", from: "cmd/lockcelld", to: "internal/proccell", isTest: true},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "client"},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "internal/certs"},
 	}
 	if v := checkEdges(good); len(v) != 0 {
 		t.Errorf("allowed edges reported: %v", v)
@@ -129,7 +143,11 @@ func checkEdges(edges []edge) []string {
 			}
 			continue
 		}
-		if strings.HasPrefix(e.to, "internal/") && !strings.HasPrefix(e.from, "internal") {
+		if contains(topLayerInternal, e.to) && !isTopLayer(e.from) {
+			out = append(out, e.file+": "+e.from+" imports "+e.to+", a top-layer harness only cmd, tools and bench may import")
+			continue
+		}
+		if strings.HasPrefix(e.to, "internal/") && (!strings.HasPrefix(e.from, "internal") || contains(topLayerInternal, e.from)) {
 			continue
 		}
 		key, ok := tableKey(e.from)
@@ -137,7 +155,7 @@ func checkEdges(edges []edge) []string {
 			out = append(out, e.file+": package "+e.from+" is not in the layer table (internal/lint/imports_test.go); add it there and to DESIGN.md")
 			continue
 		}
-		if strings.HasPrefix(key, "internal") {
+		if strings.HasPrefix(key, "internal") && !contains(topLayerInternal, key) {
 			if !strings.HasPrefix(e.to, "internal/") {
 				out = append(out, e.file+": internal helper "+e.from+" imports "+e.to)
 			}
