@@ -31,11 +31,14 @@ type Config struct {
 	// Binary is the lockcelld executable (Build makes one). Required.
 	Binary string
 	// Dir receives the cell: `lockcelld init`'s output (certs/, data/,
-	// replica-N.json, admin.json) and the replicas' logs in logs/. It is
+	// replica-N.json, admin.json) and, unless LogDir says otherwise, the replicas' logs in logs/. It is
 	// created if missing and must not hold a cell already. Required.
 	Dir string
 	// Name is the cell's name. If empty, "proccell".
 	Name string
+	// LogDir receives replica-N.log, each replica's output. If empty,
+	// Dir/logs.
+	LogDir string
 	// Replicas is the number of replicas, 3 or 5. If zero, 5.
 	Replicas int
 	// UDPBase, if not zero, puts replica i on UDP 127.0.0.1:UDPBase+i-1;
@@ -146,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	}
 	if _, err := c.WaitMaster(ctx); err != nil {
 		c.KillAll()
-		return nil, fmt.Errorf("%w (logs in %s)", err, filepath.Join(cfg.Dir, "logs"))
+		return nil, fmt.Errorf("%w (logs in %s)", err, c.cfg.LogDir)
 	}
 	return c, nil
 }
@@ -172,6 +175,9 @@ func Init(ctx context.Context, cfg Config) (*Cell, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.LogDir == "" {
+		cfg.LogDir = filepath.Join(cfg.Dir, "logs")
+	}
 	c := &Cell{cfg: cfg, log: cfg.Logger, httpc: &http.Client{Timeout: 2 * time.Second}, setRetry: 5 * time.Second}
 	udp, err := ports("udp", cfg.UDPBase, cfg.Replicas)
 	if err != nil {
@@ -185,7 +191,7 @@ func Init(ctx context.Context, cfg Config) (*Cell, error) {
 	for _, p := range udp {
 		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.Dir, "logs"), 0o700); err != nil {
+	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
 		return nil, err
 	}
 	args := []string{"init", "--dir", cfg.Dir, "--cell", cfg.Name, "--replicas", strings.Join(addrs, ","), "--http-port", "0"}
@@ -207,7 +213,7 @@ func Init(ctx context.Context, cfg Config) (*Cell, error) {
 		id := uint64(i + 1)
 		r := &replica{id: id, addr: addrs[i], httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp[i])),
 			cfgPath: filepath.Join(cfg.Dir, fmt.Sprintf("replica-%d.json", id)),
-			logFile: filepath.Join(cfg.Dir, "logs", fmt.Sprintf("replica-%d.log", id))}
+			logFile: filepath.Join(cfg.LogDir, fmt.Sprintf("replica-%d.log", id))}
 		b, err := os.ReadFile(r.cfgPath)
 		if err != nil {
 			return nil, err
@@ -525,7 +531,7 @@ func (c *Cell) DataDir(id uint64) string {
 
 // LogFile returns the file replica id's output is appended to.
 func (c *Cell) LogFile(id uint64) string {
-	return filepath.Join(c.cfg.Dir, "logs", fmt.Sprintf("replica-%d.log", id))
+	return filepath.Join(c.cfg.LogDir, fmt.Sprintf("replica-%d.log", id))
 }
 
 // Attached is a replica process started elsewhere, for Attach.

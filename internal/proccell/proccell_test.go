@@ -68,7 +68,7 @@ func waitNewMaster(t *testing.T, ctx context.Context, c *Cell, old uint64) uint6
 			return m
 		}
 		if !sleep(ctx, 50*time.Millisecond) {
-			t.Fatalf("no master other than %d: %v (logs in %s)", old, ctx.Err(), filepath.Join(c.Dir(), "logs"))
+			t.Fatalf("no master other than %d: %v (logs in %s)", old, ctx.Err(), filepath.Dir(c.LogFile(1)))
 		}
 	}
 }
