@@ -94,7 +94,7 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 		return // the transport already reset a bad stream
 	}
 	method := api.Method(f.Tag)
-	if method == api.MethodKeepAliveStream {
+	if method == api.MethodKeepAliveStream || method == api.MethodKeepAliveBatch {
 		r.serveKeepAliveStream(ctx, s, f)
 		return
 	}
@@ -297,10 +297,7 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 	if err != nil {
 		return nil, c.r.sessionError(err)
 	}
-	// Held and LeaseTimeout are both measured on the session manager's
-	// clock, from the request's arrival at the manager.
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(reply.Held), Epoch: reply.Epoch, Events: reply.Events,
-		Cadence: int64(reply.Cadence)}, nil
+	return keepAliveResponse(reply), nil
 }
 
 func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRequest) (any, error) {
