@@ -189,7 +189,7 @@ func (r *Replica) keepAliveBatch(ctx context.Context, c *rpcCall, reqs []api.Kee
 	}
 	entries := make([]session.BatchEntry, 0, len(reqs))
 	index := make([]int, 0, len(reqs)) // entries[j] answers reqs[index[j]]
-	owners := m.ownersOf(reqs)
+	owners := m.owners.ownersOf(reqs)
 	var authed bool
 	var authErr error
 	var authToken string
@@ -248,7 +248,7 @@ func (c *rpcCall) admitBatchKeepAlive(m *master, owner ownerOf, req *api.KeepAli
 		return 0, apiErr(api.PermissionDenied, "the session belongs to another principal")
 	}
 	if c.tokenID != "" {
-		m.bindToken(req.Session, c.tokenID)
+		m.owners.bindToken(req.Session, c.tokenID)
 	}
 	if c.caller.Tenant != "" {
 		if err := m.lim.allowKeepAlive(c.caller.Tenant); err != nil {
@@ -268,12 +268,12 @@ type ownerOf struct {
 }
 
 // ownersOf looks up the owner of every request's session under one lock.
-func (m *master) ownersOf(reqs []api.KeepAliveStreamRequest) []ownerOf {
+func (o *sessionOwners) ownersOf(reqs []api.KeepAliveStreamRequest) []ownerOf {
 	out := make([]ownerOf, len(reqs))
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	for i := range reqs {
-		out[i].caller, out[i].ok = m.mu.owners[reqs[i].KeepAlive.Session]
+		out[i].caller, out[i].ok = o.mu.owners[reqs[i].KeepAlive.Session]
 	}
 	return out
 }
