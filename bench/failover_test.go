@@ -20,18 +20,20 @@ func TestClientOutages(t *testing.T) {
 		{{at(100), at(200)}, {at(4000), at(4500)}, {at(4600), at(4700)}},
 		{{at(2990), at(3100)}, {at(3200), at(9000)}},
 		{}, // never succeeded: out for the whole window
+		// Its longest gap in 5000..6000 begins inside the interval.
+		{{at(4800), at(4900)}, {at(5400), at(5500)}, {at(9900), at(9950)}},
 	}
 	ms := func(d time.Duration) int { return int(d / time.Millisecond) }
 	got := clientOutages(marks, win, span{at(3000), at(3000)})
 	// Client 0: 200→4500 holds the instant; client 1: 0→3100; client 2:
-	// 0→10000.
-	if want := []int{4300, 3100, 10000}; !slices.Equal([]int{ms(got[0]), ms(got[1]), ms(got[2])}, want) {
+	// 0→10000; client 3: 0→4900.
+	if want := []int{4300, 3100, 10000, 4900}; !slices.Equal([]int{ms(got[0]), ms(got[1]), ms(got[2]), ms(got[3])}, want) {
 		t.Fatalf("outages at 3000: %v, want %v ms", got, want)
 	}
 	// An interval: every gap that overlaps 5000..6000 counts, and the
 	// longest of each client's wins.
 	got = clientOutages(marks, win, span{at(5000), at(6000)})
-	if want := []int{5300, 5900, 10000}; !slices.Equal([]int{ms(got[0]), ms(got[1]), ms(got[2])}, want) {
+	if want := []int{5300, 5900, 10000, 4450}; !slices.Equal([]int{ms(got[0]), ms(got[1]), ms(got[2]), ms(got[3])}, want) {
 		t.Fatalf("outages over 5000..6000: %v, want %v ms", got, want)
 	}
 	var ds []time.Duration
