@@ -93,6 +93,17 @@ func LockcellFactory() DriverFactory {
 // in a cell of processes.
 const FaultInjectionFlag = "lockcell-fault-injection"
 
+// faultsNote marks the lockcell results of a run whose cell had fault
+// injection on: each replica's socket is then wrapped (for client-traffic
+// cuts), which hides the UDP socket's batch and offload paths from QUIC.
+const faultsNote = "cell ran with fault injection on (socket wrapper; measure throughput without failover-partition)"
+
+// faultsOn reports whether the lockcell fault-injection flag is set.
+func faultsOn(fs *flag.FlagSet) bool {
+	f := fs.Lookup(FaultInjectionFlag)
+	return f != nil && f.Value.String() == "true"
+}
+
 // Machine describes this machine for the results: "2-core x86_64 (CPU
 // model)".
 func Machine() string {
@@ -292,6 +303,9 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 					if r.Note == "" {
 						r.Note = "error: " + truncate(err.Error(), 200)
 					}
+				}
+				if faultsOn(fs) && f.Name == "lockcell" && w != FailoverPartition && r.Skipped == "" {
+					r.Note = strings.TrimPrefix(r.Note+"; "+faultsNote, "; ")
 				}
 				results = append(results, r)
 				if err := WriteJSONLine(jsonW, r); err != nil {
