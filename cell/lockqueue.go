@@ -235,7 +235,6 @@ func (l *lockQueues) abandon(path string, w *lockWaiter) {
 	// gone (it delivers under mu).
 	l.mu.Lock()
 	l.mu.Unlock()
-
 	l.reclaim(path, w)
 }
 
