@@ -771,7 +771,7 @@ func (r *Replica) apply(e paxos.Entry) error {
 	for i, c := range e.Value.Cmds {
 		res := results[i]
 		if m != nil {
-			m.onApplied(cmds[i], res)
+			m.onApplied(res)
 		}
 		if p, ok := r.waiters[c.ID]; ok {
 			delete(r.waiters, c.ID)
