@@ -324,8 +324,12 @@ func isNilOp(op Op) bool {
 // EncodeCommand of the result returns b. Any defect — garbage, truncation,
 // trailing bytes, unknown version, kind or field, wrong or overflowing
 // types, a non-canonical encoding, more than MaxEncodedCommand bytes — gives
-// an error wrapping ErrBadCommand; it never panics. DecodeCommand checks the encoding only: the operation's
-// arguments (paths, modes, sizes) are checked when it is applied.
+// an error wrapping ErrBadCommand; it never panics. A defect inside the
+// bytes also wraps a *wire.Error (internal/wire) that names the field and
+// its byte offset, and wire.ErrNonCanonical when the bytes decode but are
+// not the one encoding of what they hold. DecodeCommand checks the encoding
+// only: the operation's arguments (paths, modes, sizes) are checked when it
+// is applied.
 func DecodeCommand(b []byte) (Command, error) {
 	if len(b) > MaxEncodedCommand {
 		return Command{}, fmt.Errorf("%w: %d bytes, more than %d", ErrBadCommand, len(b), MaxEncodedCommand)
