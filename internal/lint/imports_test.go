@@ -32,21 +32,22 @@ const module = "github.com/lockcell/lockcell"
 // through client, whose calls take and return api's types. cell/celltest's
 // "transport" includes the simulated network, transport/memnet.
 var allowed = map[string][]string{
-	"paxos":           {},
-	"paxos/paxostest": {"paxos"},
-	"sequencer":       {},
-	"api":             {},
-	"transport":       {},
-	"namespace":       {"api", "sequencer"},
-	"session":         {"api"},
-	"cell":            {"paxos", "namespace", "session", "sequencer", "api", "transport"},
-	"cell/celltest":   {"cell", "client", "api", "transport", "transport/memnet"},
-	"client":          {"api", "transport", "sequencer"},
-	"cmd/lockcelld":   {"cell", "client", "api"},
-	"cmd/lockctl":     {"client", "api"},
-	"tools":           {"client", "api", "sequencer", "cell", "cell/celltest", "namespace", "paxos", "transport"},
-	"bench":           {"client", "api", "sequencer", "cell", "cell/celltest"},
-	"internal":        {},
+	"paxos":             {},
+	"paxos/paxostest":   {"paxos"},
+	"sequencer":         {},
+	"api":               {},
+	"transport":         {},
+	"namespace":         {"api", "sequencer"},
+	"session":           {"api"},
+	"cell":              {"paxos", "namespace", "session", "sequencer", "api", "transport"},
+	"cell/celltest":     {"cell", "client", "api", "transport", "transport/memnet"},
+	"client":            {"api", "transport", "sequencer"},
+	"cmd/lockcelld":     {"cell", "client", "api"},
+	"cmd/lockctl":       {"client", "api"},
+	"tools":             {"client", "api", "sequencer", "cell", "cell/celltest", "namespace", "paxos", "transport"},
+	"bench":             {"client", "api", "sequencer", "cell", "cell/celltest"},
+	"internal":          {},
+	"internal/proccell": {"api", "client", "transport"},
 }
 
 // internalLimited lists the packages that may import only the listed
@@ -63,6 +64,10 @@ var internalLimited = map[string][]string{
 // stdOnly lists the packages whose non-test files may import only the
 // standard library (no third-party module either).
 var stdOnly = []string{"sequencer", "internal/wire"}
+
+// topLayerInternal are internal packages that belong to the top layer:
+// only cmd, tools and bench, and tests, may import them.
+var topLayerInternal = []string{"internal/proccell"}
 
 // pureCoreForbidden are standard-library imports the paxos core must not use:
 // it is a deterministic state machine (DESIGN.md). Only its Pebble storage
@@ -109,6 +114,10 @@ func TestCheckerCatchesBadEdges(t *testing.T) {
 		{file: "paxos/x.go", from: "paxos", to: "internal/invariants"},
 		{file: "sequencer/x.go", from: "sequencer", to: "internal/certs"},
 		{file: "internal/wire/x.go", from: "internal/wire", to: "internal/invariants"},
+		{file: "cell/x.go", from: "cell", to: "internal/proccell"},
+		{file: "client/x.go", from: "client", to: "internal/proccell"},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "cell"},
+		{file: "internal/certs/x.go", from: "internal/certs", to: "internal/proccell"},
 	}
 	for _, e := range bad {
 		if v := checkEdges([]edge{e}); len(v) != 1 {
@@ -126,6 +135,11 @@ func TestCheckerCatchesBadEdges(t *testing.T) {
 		{file: "sequencer/x.go", from: "sequencer", to: "internal/wire"},
 		{file: "namespace/x.go", from: "namespace", to: "internal/wire"},
 		{file: "paxos/x_test.go", from: "paxos", to: "internal/invariants", isTest: true},
+		{file: "bench/x.go", from: "bench", to: "internal/proccell"},
+		{file: "tools/nemesis/x.go", from: "tools/nemesis", to: "internal/proccell"},
+		{file: "cmd/lockcelld/x_test.go", from: "cmd/lockcelld", to: "internal/proccell", isTest: true},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "client"},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "internal/certs"},
 	}
 	if v := checkEdges(good); len(v) != 0 {
 		t.Errorf("allowed edges reported: %v", v)
@@ -184,7 +198,11 @@ func checkEdges(edges []edge) []string {
 			}
 			continue
 		}
-		if strings.HasPrefix(e.to, "internal/") && !strings.HasPrefix(e.from, "internal") {
+		if contains(topLayerInternal, e.to) && !isTopLayer(e.from) {
+			out = append(out, e.file+": "+e.from+" imports "+e.to+", a top-layer harness only cmd, tools and bench may import")
+			continue
+		}
+		if strings.HasPrefix(e.to, "internal/") && (!strings.HasPrefix(e.from, "internal") || contains(topLayerInternal, e.from)) {
 			continue
 		}
 		key, ok := tableKey(e.from)
@@ -192,7 +210,7 @@ func checkEdges(edges []edge) []string {
 			out = append(out, e.file+": package "+e.from+" is not in the layer table (internal/lint/imports_test.go); add it there and to DESIGN.md")
 			continue
 		}
-		if strings.HasPrefix(key, "internal") {
+		if strings.HasPrefix(key, "internal") && !contains(topLayerInternal, key) {
 			if !strings.HasPrefix(e.to, "internal/") {
 				out = append(out, e.file+": internal helper "+e.from+" imports "+e.to)
 			}
