@@ -308,80 +308,84 @@ func TestRestartCatchUp(t *testing.T) {
 }
 
 // TestFIFOWaiters: ten sessions wait for one lock; grants follow arrival
-// order, and a waiter that cancels leaves no trace.
+// order, and a waiter that cancels leaves no trace. The cell runs
+// in-process on simulated time, so the master keeps its role however
+// loaded the machine is.
 func TestFIFOWaiters(t *testing.T) {
-	lc := startCell(t, 3, nil)
-	ctx := testCtx(t, 60*time.Second)
-	holder := newTestClient(t, lc, "t", "holder")
-	holder.createSession(ctx)
-	h := holder.mustOpen(ctx, "/t/queue")
-	g, err := holder.acquire(ctx, h, api.LockExclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 10
-	const canceled = 4
-	order := make(chan int, n)
-	var wg sync.WaitGroup
-	cancelCtx, cancelOne := context.WithCancel(ctx)
-	for i := 0; i < n; i++ {
-		w := newTestClient(t, lc, "t", "waiter")
-		w.createSession(ctx)
-		go w.keepAliveLoop(ctx, make(chan api.Event, 16))
-		hw := w.mustOpen(ctx, "/t/queue")
-		wctx := ctx
-		if i == canceled {
-			wctx = cancelCtx
+	synctest.Test(t, func(t *testing.T) {
+		lc := simCell(t, 3, nil)
+		ctx := testCtx(t, 60*time.Second)
+		holder := newTestClient(t, lc, "t", "holder")
+		holder.createSession(ctx)
+		h := holder.mustOpen(ctx, "/t/queue")
+		g, err := holder.acquire(ctx, h, api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
 		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			gw, err := w.acquire(wctx, hw, api.LockExclusive, true)
-			if err != nil {
-				if i != canceled {
-					t.Errorf("waiter %d: %v", i, err)
+		const n = 10
+		const canceled = 4
+		order := make(chan int, n)
+		var wg sync.WaitGroup
+		cancelCtx, cancelOne := context.WithCancel(ctx)
+		for i := 0; i < n; i++ {
+			w := newTestClient(t, lc, "t", "waiter")
+			w.createSession(ctx)
+			go w.keepAliveLoop(ctx, make(chan api.Event, 16))
+			hw := w.mustOpen(ctx, "/t/queue")
+			wctx := ctx
+			if i == canceled {
+				wctx = cancelCtx
+			}
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				gw, err := w.acquire(wctx, hw, api.LockExclusive, true)
+				if err != nil {
+					if i != canceled {
+						t.Errorf("waiter %d: %v", i, err)
+					}
+					return
 				}
-				return
+				order <- i
+				if err := w.release(ctx, hw, gw.Generation); err != nil {
+					t.Errorf("waiter %d release: %v", i, err)
+				}
+			}(i)
+			// Wait until this waiter is queued so arrival order is known.
+			for lc.Master().Status().LockWaiters != i+1 {
+				if ctx.Err() != nil {
+					t.Fatal("waiter never queued")
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
-			order <- i
-			if err := w.release(ctx, hw, gw.Generation); err != nil {
-				t.Errorf("waiter %d release: %v", i, err)
-			}
-		}(i)
-		// Wait until this waiter is queued so arrival order is known.
-		for lc.Master().Status().LockWaiters != i+1 {
+		}
+		cancelOne()
+		for lc.Master().Status().LockWaiters != n-1 {
 			if ctx.Err() != nil {
-				t.Fatal("waiter never queued")
+				t.Fatal("the canceled waiter stayed in the queue")
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-	}
-	cancelOne()
-	for lc.Master().Status().LockWaiters != n-1 {
-		if ctx.Err() != nil {
-			t.Fatal("the canceled waiter stayed in the queue")
+		if err := holder.release(ctx, h, g.Generation); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := holder.release(ctx, h, g.Generation); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	close(order)
-	want := 0
-	for got := range order {
-		if want == canceled {
+		wg.Wait()
+		close(order)
+		want := 0
+		for got := range order {
+			if want == canceled {
+				want++
+			}
+			if got != want {
+				t.Fatalf("grant order: got waiter %d, want %d", got, want)
+			}
 			want++
 		}
-		if got != want {
-			t.Fatalf("grant order: got waiter %d, want %d", got, want)
+		if want != n {
+			t.Fatalf("only %d waiters were granted", want)
 		}
-		want++
-	}
-	if want != n {
-		t.Fatalf("only %d waiters were granted", want)
-	}
-	if st := lc.Master().Status(); st.LockWaiters != 0 {
-		t.Fatalf("%d waiters left behind", st.LockWaiters)
-	}
+		if st := lc.Master().Status(); st.LockWaiters != 0 {
+			t.Fatalf("%d waiters left behind", st.LockWaiters)
+		}
+	})
 }
