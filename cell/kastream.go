@@ -79,7 +79,7 @@ func (r *Replica) serveStreamKeepAlive(ctx context.Context, s *transport.ServerS
 	inflight chan struct{}, wg *sync.WaitGroup, write func(uint16, any)) {
 	wg.Go(func() {
 		defer func() { <-inflight }()
-		c := &rpcCall{r: r, method: api.MethodKeepAlive, id: s.Identity(), ctx: ctx}
+		c := &rpcCall{r: r, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: s.Identity(), ctx: ctx}
 		start := time.Now()
 		resp, err := r.keepAliveCall(ctx, c, &req.KeepAlive)
 		r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAlive, err, time.Since(start))
@@ -95,12 +95,9 @@ func (r *Replica) serveStreamKeepAlive(ctx context.Context, s *transport.ServerS
 }
 
 // keepAliveCall serves one KeepAlive of a KeepAlive stream as the handler
-// of MethodKeepAlive does: authentication, admission, then the long-poll.
+// of MethodKeepAlive does: admission as a KeepAlive, then the long-poll.
 func (r *Replica) keepAliveCall(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (*api.KeepAliveResponse, error) {
-	if err := c.authenticate(req); err != nil {
-		return nil, err
-	}
-	if err := c.admit(); err != nil {
+	if err := c.admit(req); err != nil {
 		return nil, err
 	}
 	resp, err := handleKeepAlive(ctx, c, req)
