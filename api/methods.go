@@ -130,6 +130,7 @@ var methodTable = []MethodInfo{
 		Idempotency: Idempotent},
 	{Method: MethodKeepAlive, Admission: AdmitKeepAlive, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},
 	{Method: MethodKeepAliveStream, Admission: AdmitKeepAlive, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},
+	{Method: MethodKeepAliveBatch, Admission: AdmitKeepAlive, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},
 	{Method: MethodCloseSession, Admission: AdmitRelease, NeedsMaster: true, Idempotency: Idempotent},
 	{Method: MethodOpen, Admission: AdmitTenantWrite, NeedsMaster: true, Idempotency: PerRequest},
 	{Method: MethodClose, Admission: AdmitTenantRead, NeedsMaster: true, Idempotency: Idempotent},

@@ -87,6 +87,7 @@ var (
 	}
 	streamHandlers = map[api.Method]streamHandler{
 		api.MethodKeepAliveStream: (*Replica).serveKeepAliveStream,
+		api.MethodKeepAliveBatch:  (*Replica).serveKeepAliveStream,
 	}
 )
 
@@ -257,7 +258,7 @@ func (c *rpcCall) needSession(h api.Header) (*master, error) {
 // ownSession checks that sess is live and the caller's, and remembers the
 // token the caller used with it (so that revoking the token ends it).
 func (c *rpcCall) ownSession(m *master, sess uint64) error {
-	owner, ok := m.owner(sess)
+	owner, ok := m.owners.owner(sess)
 	if !ok {
 		return apiErr(api.SessionExpired, "no such session")
 	}
@@ -265,7 +266,7 @@ func (c *rpcCall) ownSession(m *master, sess uint64) error {
 		return apiErr(api.PermissionDenied, "the session belongs to another principal")
 	}
 	if c.tokenID != "" {
-		m.bindToken(sess, c.tokenID)
+		m.owners.bindToken(sess, c.tokenID)
 	}
 	return nil
 }
@@ -300,7 +301,7 @@ func (c *rpcCall) needHandle(h api.Header, hd api.Handle) (*master, error) {
 	// Re-establish the handle's subscription on first use after a
 	// fail-over (Chubby §2.9) — but only for a caller that may read the
 	// node: handles are self-describing, so the path is the caller's word.
-	m.subscribe(c.caller, h.Session, hd.Path, hd.Events)
+	m.subs.subscribe(c.caller, h.Session, hd.Path, hd.Events)
 	return m, nil
 }
 

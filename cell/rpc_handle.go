@@ -38,7 +38,7 @@ func handleOpen(ctx context.Context, c *rpcCall, req *api.OpenRequest) (any, err
 		return nil, err
 	}
 	resp.Handle = api.Handle{Session: req.Session, Path: req.Path, Instance: resp.Stat.Instance, Events: req.Events, Cache: req.Cache}
-	m.subscribe(c.caller, req.Session, req.Path, req.Events)
+	m.subs.subscribe(c.caller, req.Session, req.Path, req.Events)
 	return resp, nil
 }
 
@@ -47,7 +47,7 @@ func handleClose(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, 
 	if err != nil {
 		return nil, err
 	}
-	m.unsubscribe(req.Session, req.Handle.Path)
+	m.subs.unsubscribe(req.Session, req.Handle.Path)
 	return &api.Empty{}, nil
 }
 
@@ -62,7 +62,7 @@ func (c *rpcCall) cacheable(m *master, h api.Header, hd api.Handle) bool {
 	if ok, err := c.r.ns.Allowed(c.caller, hd.Path, api.PermRead); err != nil || !ok {
 		return false
 	}
-	return m.registerCacher(h.Session, hd.Path)
+	return m.caches.register(h.Session, hd.Path)
 }
 
 func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
@@ -147,7 +147,7 @@ func (c *rpcCall) write(ctx context.Context, h api.Header, hd api.Handle, kind a
 			return nil, err
 		}
 	}
-	end, err := m.invalidate(ctx, hd.Path, kind)
+	end, err := m.caches.invalidate(ctx, hd.Path, kind)
 	if err != nil {
 		return nil, err
 	}

@@ -30,9 +30,7 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 		g, err := c.acquireOnce(ctx, &namespace.Acquire{Session: req.Session, Path: path, Mode: req.Mode})
 		if err != nil {
 			if errors.Is(err, api.ErrLocked) {
-				m.mu.Lock()
-				m.notifyConflict(path)
-				m.mu.Unlock()
+				m.subs.conflict(path)
 			}
 			return nil, err
 		}

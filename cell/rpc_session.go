@@ -16,7 +16,7 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 	}
 	sc := reply.(*namespace.SessionCreated)
 	if c.tokenID != "" {
-		m.bindToken(sc.Session, c.tokenID)
+		m.owners.bindToken(sc.Session, c.tokenID)
 	}
 	lease, err := m.sessions.Lease(session.ID(sc.Session))
 	if err != nil {
@@ -41,10 +41,7 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 	if err != nil {
 		return nil, c.r.sessionError(err)
 	}
-	// Held and LeaseTimeout are both measured on the session manager's
-	// clock, from the request's arrival at the manager.
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(reply.Held), Epoch: reply.Epoch, Events: reply.Events,
-		Cadence: int64(reply.Cadence)}, nil
+	return keepAliveResponse(reply), nil
 }
 
 func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRequest) (any, error) {

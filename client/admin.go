@@ -80,8 +80,9 @@ func (c *Client) hdr() api.Header { return api.Header{Token: c.cfg.Token} }
 // RevokeToken.
 func (c *Client) IssueToken(ctx context.Context, tenant, principal string) (token string, info api.TokenInfo, err error) {
 	var resp api.IssueTokenResponse
-	// Not idempotent (the api method table): a lost reply leaves a token nobody knows, which the
-	// administrator may revoke (ListTokens shows it).
+	// Not idempotent (the api method table): a lost reply leaves a token
+	// nobody knows, which the administrator may revoke (ListTokens shows
+	// it).
 	if err := c.call(ctx, api.MethodIssueToken, &api.IssueTokenRequest{Header: c.hdr(), Tenant: tenant, Principal: principal}, &resp); err != nil {
 		return "", api.TokenInfo{}, fmt.Errorf("issue token for %s/%s: %w", tenant, principal, err)
 	}
