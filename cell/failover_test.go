@@ -204,70 +204,73 @@ func waitConverged(t *testing.T, ctx context.Context, lc *cell.LocalCell) {
 
 // TestSessionExpiryLockDelay: a client that stops its KeepAlives loses its
 // session after the lease; its lock is released and lock-delay holds others
-// back. A normal release has no delay.
+// back. A normal release has no delay. Default session lease, on simulated
+// time.
 func TestSessionExpiryLockDelay(t *testing.T) {
-	lc := startCell(t, 3, func(c *cell.Config) { c.SessionLease = 2 * time.Second })
-	ctx := testCtx(t, 60*time.Second)
-	a := newTestClient(t, lc, "t", "alice")
-	a.createSession(ctx)
-	const delay = 3 * time.Second
-	resp, err := a.open(ctx, api.OpenRequest{Path: "/t/delayed", Create: true, LockDelay: int64(delay)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	grant, err := a.acquire(ctx, resp.Handle, api.LockExclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := newTestClient(t, lc, "t", "bob")
-	b.createSession(ctx)
-	bEvents := make(chan api.Event, 16)
-	go b.keepAliveLoop(ctx, bEvents)
-	hb := b.mustOpen(ctx, "/t/delayed")
+	synctest.Test(t, func(t *testing.T) {
+		lc := simCell(t, 3, nil)
+		ctx := testCtx(t, 60*time.Second)
+		a := newTestClient(t, lc, "t", "alice")
+		a.createSession(ctx)
+		const delay = 3 * time.Second
+		resp, err := a.open(ctx, api.OpenRequest{Path: "/t/delayed", Create: true, LockDelay: int64(delay)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grant, err := a.acquire(ctx, resp.Handle, api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newTestClient(t, lc, "t", "bob")
+		b.createSession(ctx)
+		bEvents := make(chan api.Event, 16)
+		go b.keepAliveLoop(ctx, bEvents)
+		hb := b.mustOpen(ctx, "/t/delayed")
 
-	// Alice sends no KeepAlive: her session expires; the lock enters
-	// lock-delay rather than going to Bob at once.
-	var sawDelay bool
-	for {
-		_, err := b.acquire(ctx, hb, api.LockExclusive, false)
-		if err == nil {
-			break
+		// Alice sends no KeepAlive: her session expires; the lock enters
+		// lock-delay rather than going to Bob at once.
+		var sawDelay bool
+		for {
+			_, err := b.acquire(ctx, hb, api.LockExclusive, false)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, api.ErrLockDelay) {
+				sawDelay = true
+			} else if !errors.Is(err, api.ErrLocked) {
+				t.Fatalf("acquire while waiting for expiry: %v", err)
+			}
+			if ctx.Err() != nil {
+				t.Fatal("Bob never got the lock")
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if errors.Is(err, api.ErrLockDelay) {
-			sawDelay = true
-		} else if !errors.Is(err, api.ErrLocked) {
-			t.Fatalf("acquire while waiting for expiry: %v", err)
+		if !sawDelay {
+			t.Fatal("the lock of an expired session went to another session with no lock-delay")
 		}
-		if ctx.Err() != nil {
-			t.Fatal("Bob never got the lock")
+		if chk, err := b.checkSequencer(ctx, grant.Sequencer); err != nil || chk.Valid {
+			t.Fatalf("expired holder's sequencer: %+v, %v; want invalid", chk, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !sawDelay {
-		t.Fatal("the lock of an expired session went to another session with no lock-delay")
-	}
-	if chk, err := b.checkSequencer(ctx, grant.Sequencer); err != nil || chk.Valid {
-		t.Fatalf("expired holder's sequencer: %+v, %v; want invalid", chk, err)
-	}
-	if _, err := a.getContents(ctx, resp.Handle); !errors.Is(err, api.ErrSessionExpired) {
-		t.Fatalf("call on the expired session: %v; want SessionExpired", err)
-	}
+		if _, err := a.getContents(ctx, resp.Handle); !errors.Is(err, api.ErrSessionExpired) {
+			t.Fatalf("call on the expired session: %v; want SessionExpired", err)
+		}
 
-	// A normal release: no delay.
-	h2 := b.mustOpen(ctx, "/t/plain")
-	g, err := b.acquire(ctx, h2, api.LockExclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.release(ctx, h2, g.Generation); err != nil {
-		t.Fatal(err)
-	}
-	c := newTestClient(t, lc, "t", "carol")
-	c.createSession(ctx)
-	h3 := c.mustOpen(ctx, "/t/plain")
-	if _, err := c.acquire(ctx, h3, api.LockExclusive, false); err != nil {
-		t.Fatalf("acquire right after a normal release: %v; want no lock-delay", err)
-	}
+		// A normal release: no delay.
+		h2 := b.mustOpen(ctx, "/t/plain")
+		g, err := b.acquire(ctx, h2, api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.release(ctx, h2, g.Generation); err != nil {
+			t.Fatal(err)
+		}
+		c := newTestClient(t, lc, "t", "carol")
+		c.createSession(ctx)
+		h3 := c.mustOpen(ctx, "/t/plain")
+		if _, err := c.acquire(ctx, h3, api.LockExclusive, false); err != nil {
+			t.Fatalf("acquire right after a normal release: %v; want no lock-delay", err)
+		}
+	})
 }
 
 // TestRestartCatchUp: a replica stopped while the cell moves on restarts
