@@ -175,30 +175,12 @@ func others(c *celltest.Cell, id uint64) []uint64 {
 }
 
 // waitConverged waits until every running replica applied the same slot
-// and holds the same state checksum.
-func waitConverged(t *testing.T, ctx context.Context, lc *cell.LocalCell) {
+// and holds the same state checksum; it fails the test, listing each
+// replica's progress, if they still differ when ctx ends.
+func waitConverged(t *testing.T, ctx context.Context, lc *celltest.Cell) {
 	t.Helper()
-	for {
-		rs := lc.Running()
-		st0 := rs[0].Status()
-		same := true
-		for _, r := range rs[1:] {
-			st := r.Status()
-			if st.Applied != st0.Applied || st.Checksum != st0.Checksum {
-				same = false
-			}
-		}
-		if same && st0.Applied > 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			for _, r := range rs {
-				t.Logf("replica %d: %+v", r.ID(), r.Status())
-			}
-			t.Fatal("replicas did not converge")
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := lc.WaitConverged(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
