@@ -70,7 +70,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	m.mu.writing = map[string]int{}
 	m.mu.tokens = map[uint64]map[string]struct{}{}
 	m.lim = newLimiter(r)
-	m.sched = newScheduler(r, m.lim)
+	m.sched = newScheduler(r, m.lim, r.pipe.poke)
 	admin := r.admin()
 	tenants, err := r.ns.ListTenants(admin)
 	if err != nil {
@@ -95,12 +95,8 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		cancel()
 		return nil, err
 	}
-	m.wg.Add(2)
+	m.wg.Add(1)
 	go m.expireLoop()
-	go func() {
-		defer m.wg.Done()
-		m.sched.run(m.ctx)
-	}()
 	if r.cfg.MaxSessionLease > r.cfg.SessionLease {
 		m.wg.Add(1)
 		go m.loadLoop()
@@ -108,12 +104,14 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	return m, nil
 }
 
-// stop ends the role: parked KeepAlives return NotMaster and every lock
-// waiter is told to retry with the new master.
+// stop ends the role: parked KeepAlives return NotMaster, tenant commands
+// still queued for Paxos are answered NotMaster, and every lock waiter is
+// told to retry with the new master. Run loop only.
 func (m *master) stop() {
 	m.cancel()
 	m.sessions.Stop()
 	m.wg.Wait()
+	m.sched.close()
 	m.mu.Lock()
 	queues := m.mu.queues
 	m.mu.queues = map[string]*lockQueue{}
@@ -140,7 +138,7 @@ func (m *master) expireLoop() {
 			}
 			m.r.metrics.expiries.Inc()
 			m.r.log.Info("session lease ran out; expiring it", "session", d.Session)
-			m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: uint64(d.Session)}, func(res namespace.Result, err error) {
+			m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), &namespace.ExpireSession{Session: uint64(d.Session)}, func(res namespace.Result, err error) {
 				if err != nil {
 					m.r.log.Warn("expiring session failed; the next master will decide again", "session", d.Session, "err", err)
 				}
@@ -311,7 +309,7 @@ func (m *master) tokenRevoked(id string) {
 	m.mu.Unlock()
 	for _, sess := range ended {
 		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
-		go m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
+		m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
 	}
 }
 
@@ -587,11 +585,9 @@ func (m *master) kick(path string) {
 			hook(path, e, w.gone, func() { direct(res, err) })
 		}
 	}
-	if w.caller.Tenant == "" {
-		go m.r.proposeAsync(w.caller, op, outcome)
-		return
-	}
-	m.sched.proposeAsync(w.caller, op, true, outcome)
+	// The waiter's own cancellation is handled by headOutcome, so the
+	// Acquire is submitted under no context of the waiter's.
+	m.r.pipe.submit(context.Background(), m, originWaiter, w.caller, op, outcome)
 }
 
 // headOutcome handles the result of the head waiter's Acquire. It runs on
@@ -668,7 +664,7 @@ func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, 
 	if release {
 		// The caller canceled while its Acquire was in Paxos: give the lock
 		// back so a canceled waiter leaves nothing behind.
-		go m.r.proposeAsync(w.caller, &namespace.Release{Session: w.session, Path: q.path, Generation: g.Generation}, func(namespace.Result, error) {})
+		m.r.pipe.submit(context.Background(), m, originCell, w.caller, &namespace.Release{Session: w.session, Path: q.path, Generation: g.Generation}, func(namespace.Result, error) {})
 	}
 	if next {
 		go m.kick(q.path)

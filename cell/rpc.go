@@ -129,10 +129,11 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 // (for operators' tooling and the dev cell). It fails with NotMaster on a
 // replica that is not master.
 func (r *Replica) CreateTenant(ctx context.Context, name string, quota api.TenantQuota) (api.TenantInfo, error) {
-	if r.serving() == nil {
+	m := r.serving()
+	if m == nil {
 		return api.TenantInfo{}, r.notMaster()
 	}
-	reply, err := result(r.propose(ctx, r.admin(), &namespace.CreateTenant{Name: name, Quota: quota}))
+	reply, err := result(r.pipe.do(ctx, m, originRequest, r.admin(), &namespace.CreateTenant{Name: name, Quota: quota}))
 	if err != nil {
 		return api.TenantInfo{}, err
 	}
@@ -199,13 +200,10 @@ func (c *rpcCall) ownSession(m *master, sess uint64) error {
 	return nil
 }
 
-// propose runs op for the caller: a tenant principal's command goes through
-// the master's fair scheduler, the administrator's straight to Paxos.
+// propose runs op through the pipeline as the caller's request and waits
+// for its outcome (routeFor decides how it travels).
 func (c *rpcCall) propose(ctx context.Context, op namespace.Op) (namespace.Result, error) {
-	if c.caller.Tenant == "" || c.m == nil {
-		return c.r.propose(ctx, c.caller, op)
-	}
-	return c.m.sched.propose(ctx, c.caller, op)
+	return c.r.pipe.do(ctx, c.m, originRequest, c.caller, op)
 }
 
 // read admits one read of the caller's tenant under its fair share of
@@ -537,7 +535,7 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 		select {
 		case out := <-w.result:
 			if out.granted != nil {
-				c.r.proposeAsync(c.caller, &namespace.Release{Session: req.Session, Path: path, Generation: out.granted.Generation}, func(namespace.Result, error) {})
+				c.r.pipe.submit(context.Background(), c.m, originCell, c.caller, &namespace.Release{Session: req.Session, Path: path, Generation: out.granted.Generation}, func(namespace.Result, error) {})
 			}
 		default:
 		}
@@ -559,15 +557,15 @@ func (c *rpcCall) acquireOnce(ctx context.Context, op *namespace.Acquire) (*name
 	ch := make(chan outcome, 1)
 	gone := make(chan struct{})
 	release := func(g *namespace.Granted) {
-		c.r.proposeAsync(c.caller, &namespace.Release{Session: op.Session, Path: op.Path, Generation: g.Generation}, func(namespace.Result, error) {})
+		c.r.pipe.submit(context.Background(), c.m, originCell, c.caller, &namespace.Release{Session: op.Session, Path: op.Path, Generation: g.Generation}, func(namespace.Result, error) {})
 	}
-	c.m.sched.proposeAsync(c.caller, op, false, func(res namespace.Result, err error) {
+	c.r.pipe.submit(ctx, c.m, originRequest, c.caller, op, func(res namespace.Result, err error) {
 		reply, err := result(res, err)
 		g, _ := reply.(*namespace.Granted)
 		select {
 		case <-gone:
 			if g != nil {
-				go release(g)
+				release(g)
 			}
 		default:
 			ch <- outcome{g, err}
@@ -674,7 +672,7 @@ func handleCreateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest)
 	if req.Name == AdminTenant {
 		return nil, errInvalid("the tenant name " + AdminTenant + " is reserved for cell administrators")
 	}
-	reply, err := result(c.r.propose(ctx, c.caller, &namespace.CreateTenant{Name: req.Name, Quota: req.Quota, ACL: req.ACL}))
+	reply, err := result(c.propose(ctx, &namespace.CreateTenant{Name: req.Name, Quota: req.Quota, ACL: req.ACL}))
 	if err != nil {
 		return nil, err
 	}
@@ -685,7 +683,7 @@ func handleUpdateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest)
 	if _, err := c.needMaster(); err != nil {
 		return nil, err
 	}
-	reply, err := result(c.r.propose(ctx, c.caller, &namespace.UpdateTenant{Name: req.Name, Quota: req.Quota}))
+	reply, err := result(c.propose(ctx, &namespace.UpdateTenant{Name: req.Name, Quota: req.Quota}))
 	if err != nil {
 		return nil, err
 	}
