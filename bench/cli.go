@@ -57,7 +57,7 @@ func LockcellFactory() DriverFactory {
 				if err != nil {
 					return nil, func() {}, err
 				}
-				stop = pc.Stop
+				stop = pc.StopAll
 				if target, err = pc.Target(); err != nil {
 					return nil, stop, err
 				}

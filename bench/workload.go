@@ -206,6 +206,7 @@ const (
 	MetricQuietFloodP50     = "quiet_flood_p50_ms"
 	MetricQuietFloodP99     = "quiet_flood_p99_ms"
 	MetricNoisyOpsPerSecond = "noisy_ops_per_s"
+	MetricCPUPerOp          = "server_cpu_ms_per_op"
 )
 
 // Live holds counters that a progress line reads while a run goes on.
@@ -450,6 +451,7 @@ func runUncontended(ctx context.Context, d Driver, cfg Config, r *Result) error 
 	}
 	phase(cfg, d, Uncontended)
 	win := newWindow(cfg)
+	cpu := meterCPU(ctx, d, win)
 	ws := loop(ctx, cfg, len(cs), win, func(ctx context.Context, w *worker) error {
 		if _, err := mus[w.id].Lock(ctx); err != nil {
 			return err
@@ -457,6 +459,7 @@ func runUncontended(ctx context.Context, d Driver, cfg Config, r *Result) error 
 		return mus[w.id].Unlock(ctx)
 	})
 	finish(r, ws, win, "acquire+release/s")
+	cpu.report(r)
 	return nil
 }
 
@@ -473,6 +476,7 @@ func runContended(ctx context.Context, d Driver, cfg Config, r *Result) error {
 	var fc FencedCounter
 	phase(cfg, d, Contended)
 	win := newWindow(cfg)
+	cpu := meterCPU(ctx, d, win)
 	ws := loop(ctx, cfg, len(cs), win, func(ctx context.Context, w *worker) error {
 		tok, err := mus[w.id].Lock(ctx)
 		if err != nil {
@@ -492,6 +496,7 @@ func runContended(ctx context.Context, d Driver, cfg Config, r *Result) error {
 		return mus[w.id].Unlock(uctx)
 	})
 	finish(r, ws, win, "hand-overs/s")
+	cpu.report(r)
 	ov, st, first := fc.Violations()
 	r.Metrics[MetricOverlaps] = float64(ov)
 	r.Metrics[MetricStaleTokens] = float64(st)
@@ -623,6 +628,57 @@ func runSessions(ctx context.Context, d Driver, cfg Config, r *Result) error {
 	r.Metrics[MetricRSS] = round3(float64(u3.RSS) / (1 << 20))
 	r.Metrics[MetricRSSPerSession] = round3(float64(u3.RSS-base.RSS) / 1024 / float64(cfg.Sessions))
 	return nil
+}
+
+// cpuMeter measures the servers' CPU time over a run's measured window.
+type cpuMeter struct {
+	done chan struct{}
+	cpu  time.Duration
+	err  error // why nothing was measured
+}
+
+// meterCPU starts measuring the CPU time of d's server processes from
+// win.start to win.end. A system whose servers are not processes of their
+// own is not measured (report then adds nothing).
+func meterCPU(ctx context.Context, d Driver, win window) *cpuMeter {
+	m := &cpuMeter{done: make(chan struct{})}
+	cl := d.Cluster()
+	var pids []int
+	if cl != nil {
+		pids = cl.PIDs()
+	}
+	if len(pids) == 0 {
+		m.err = errors.New("the servers are not separate processes")
+		close(m.done)
+		return m
+	}
+	go func() {
+		defer close(m.done)
+		pause(ctx, time.Until(win.start))
+		u0, err := ReadProcUsage(pids)
+		if err != nil {
+			m.err = err
+			return
+		}
+		pause(ctx, time.Until(win.end))
+		u1, err := ReadProcUsage(pids)
+		if err != nil {
+			m.err = err
+			return
+		}
+		m.cpu = u1.CPU - u0.CPU
+	}()
+	return m
+}
+
+// report waits for the measurement and adds the servers' CPU milliseconds
+// per measured operation to r.
+func (m *cpuMeter) report(r *Result) {
+	<-m.done
+	if m.err != nil || r.Ops == 0 {
+		return
+	}
+	r.Metrics[MetricCPUPerOp] = round4(float64(m.cpu) / 1e6 / float64(r.Ops))
 }
 
 func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }

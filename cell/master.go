@@ -3,7 +3,6 @@ package cell
 import (
 	"context"
 	"errors"
-	"maps"
 	"sync"
 	"time"
 
@@ -32,23 +31,18 @@ type master struct {
 	lim   *limiter
 	sched *scheduler
 
+	// owners maps live sessions to their principals and token bindings.
+	owners *sessionOwners
+	// subs holds the event subscriptions of open handles.
+	subs *subscriptions
+	// caches knows which sessions may cache which nodes, and invalidates
+	// them before a write.
+	caches *cacheRegistry
+
 	mu struct {
 		sync.Mutex
-		// owners maps every live session to its principal.
-		owners map[uint64]namespace.Caller
 		// queues holds the lock waiters per lock path, in arrival order.
 		queues map[string]*lockQueue
-		// subs maps a path to the sessions watching it and what they want.
-		subs map[string]map[uint64]api.EventMask
-		// cachers maps a path to the sessions that may hold it in their
-		// cache (they read it through a Cache handle).
-		cachers map[string]map[uint64]struct{}
-		// writing counts the cache-invalidating writes in progress per
-		// path; while one is, reads are not cacheable.
-		writing map[string]int
-		// tokens maps a session to the tokens it was created or used with,
-		// so that revoking a token ends its sessions (see auth.go).
-		tokens map[uint64]map[string]struct{}
 	}
 }
 
@@ -63,12 +57,28 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &master{r: r, epoch: epoch, sessions: mgr, ctx: ctx, cancel: cancel}
-	m.mu.owners = map[uint64]namespace.Caller{}
+	m.owners = newSessionOwners()
+	m.subs = newSubscriptions(m.owners.owner,
+		func(c namespace.Caller, path string) (bool, error) { return r.ns.Allowed(c, path, api.PermRead) },
+		func(sess uint64, ev api.Event) {
+			_ = m.sessions.Publish(session.ID(sess), ev)
+			r.metrics.events.Inc()
+		})
 	m.mu.queues = map[string]*lockQueue{}
-	m.mu.subs = map[string]map[uint64]api.EventMask{}
-	m.mu.cachers = map[string]map[uint64]struct{}{}
-	m.mu.writing = map[string]int{}
-	m.mu.tokens = map[uint64]map[string]struct{}{}
+	m.caches = newCacheRegistry(cacheDeps{
+		mayRead: func(sess uint64, path string) bool {
+			c, _ := m.owners.owner(sess)
+			return m.subs.mayRead(c, path, false)
+		},
+		failoverDone: mgr.FailoverDone,
+		stopped:      ctx.Done(),
+		stoppedErr:   func() error { return r.notMaster() },
+		invalidate: func(ctx context.Context, sess uint64, ev api.Event) error {
+			return mgr.Invalidate(ctx, session.ID(sess), ev)
+		},
+		invalidateErr: func(err error) error { return r.sessionError(err) },
+		sent:          func(n int) { r.metrics.invalidations.Add(float64(n)) },
+	})
 	m.lim = newLimiter(r)
 	m.sched = newScheduler(r, m.lim, r.pipe.poke)
 	admin := r.admin()
@@ -85,7 +95,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 			return nil, err
 		}
 		for _, s := range list {
-			m.mu.owners[s.ID] = namespace.Caller{Tenant: s.Tenant, Principal: s.Principal}
+			m.owners.add(s.ID, namespace.Caller{Tenant: s.Tenant, Principal: s.Principal})
 			ids = append(ids, session.ID(s.ID))
 		}
 	}
@@ -147,26 +157,15 @@ func (m *master) expireLoop() {
 	}
 }
 
-// owner returns the principal that owns a live session.
-func (m *master) owner(id uint64) (namespace.Caller, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c, ok := m.mu.owners[id]
-	return c, ok
-}
-
 // onApplied runs on the run loop goroutine for every command applied while
 // this replica is master, whoever proposed it: it keeps sessions, waiters
 // and subscriptions in step with the replicated state and publishes events.
-// It must not block.
-func (m *master) onApplied(cmd []byte, res namespace.Result) {
+// It learns everything from the result (the namespace decoded the command
+// once, to apply it). It must not block.
+func (m *master) onApplied(res namespace.Result) {
 	switch reply := res.Reply.(type) {
 	case *namespace.SessionCreated:
-		if c, err := namespace.DecodeCommand(cmd); err == nil {
-			m.mu.Lock()
-			m.mu.owners[reply.Session] = c.Caller
-			m.mu.Unlock()
-		}
+		m.owners.add(reply.Session, reply.Owner)
 		if _, err := m.sessions.Add(session.ID(reply.Session)); err != nil && !errors.Is(err, session.ErrDuplicateSession) {
 			m.r.log.Warn("tracking new session", "session", reply.Session, "err", err)
 		}
@@ -175,270 +174,26 @@ func (m *master) onApplied(cmd []byte, res namespace.Result) {
 	default:
 		m.tokenApplied(reply)
 	case *namespace.SessionEnded:
-		m.mu.Lock()
-		delete(m.mu.owners, reply.Session)
-		delete(m.mu.tokens, reply.Session)
-		for path, subs := range m.mu.subs {
-			delete(subs, reply.Session)
-			if len(subs) == 0 {
-				delete(m.mu.subs, path)
-			}
-		}
-		for path, cs := range m.mu.cachers {
-			delete(cs, reply.Session)
-			if len(cs) == 0 {
-				delete(m.mu.cachers, path)
-			}
-		}
-		m.mu.Unlock()
+		m.owners.remove(reply.Session)
+		m.subs.forgetSession(reply.Session)
+		m.caches.forgetSession(reply.Session)
 		_ = m.sessions.Remove(session.ID(reply.Session))
 	}
 	for _, ch := range res.Changes {
-		m.publishChange(ch)
+		m.subs.publishChange(ch)
 	}
 	for _, f := range res.Freed {
 		m.lockFreed(f)
 	}
 }
 
-// subscribe records that session (of caller) watches path for the events
-// in mask, if caller may read the node; a caller that may not is not
-// subscribed (the handle's events are the caller's word, like its path).
-func (m *master) subscribe(caller namespace.Caller, sess uint64, path string, mask api.EventMask) {
-	if mask == 0 {
-		return
-	}
-	m.mu.Lock()
-	have := m.mu.subs[path][sess]
-	m.mu.Unlock()
-	if have&mask == mask {
-		return // already subscribed (checked when it was)
-	}
-	if ok, err := m.r.ns.Allowed(caller, path, api.PermRead); err != nil || !ok {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	subs := m.mu.subs[path]
-	if subs == nil {
-		subs = map[uint64]api.EventMask{}
-		m.mu.subs[path] = subs
-	}
-	subs[sess] |= mask
-}
-
-// unsubscribe forgets session's watch on path.
-func (m *master) unsubscribe(sess uint64, path string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if subs := m.mu.subs[path]; subs != nil {
-		delete(subs, sess)
-		if len(subs) == 0 {
-			delete(m.mu.subs, path)
-		}
-	}
-}
-
-// publish sends ev to every session watching ev.Path for want whose
-// principal may read the node now: permission was checked when the session
-// subscribed, and is checked again here because an ACL change (of the node,
-// or of the contents of an ACL file it names) may have taken it away since.
-// For a deleted node (EventHandleInvalid) "may read" means the namespace
-// would tell the caller NotFound rather than PermissionDenied.
-func (m *master) publish(want api.EventMask, ev api.Event) {
-	type target struct {
-		sess   uint64
-		caller namespace.Caller
-	}
-	m.mu.Lock()
-	var to []target
-	for sess, mask := range m.mu.subs[ev.Path] {
-		if mask&want != 0 {
-			to = append(to, target{sess, m.mu.owners[sess]})
-		}
-	}
-	m.mu.Unlock()
-	for _, t := range to {
-		if !m.mayRead(t.caller, ev.Path, ev.Kind == api.EventHandleInvalid) {
-			continue
-		}
-		_ = m.sessions.Publish(session.ID(t.sess), ev)
-		m.r.metrics.events.Inc()
-	}
-}
-
-// mayRead reports whether caller may read path now. With gone, a node that
-// no longer exists counts as readable if the caller may read its nearest
-// existing ancestor (it would be told NotFound).
-func (m *master) mayRead(caller namespace.Caller, path string, gone bool) bool {
-	if caller.Principal == "" {
-		return false
-	}
-	ok, err := m.r.ns.Allowed(caller, path, api.PermRead)
-	if err == nil {
-		return ok
-	}
-	return gone && errors.Is(err, api.ErrNotFound)
-}
-
-// bindToken records that sess was created or used with token id.
-func (m *master) bindToken(sess uint64, id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, live := m.mu.owners[sess]; !live {
-		return
-	}
-	ts := m.mu.tokens[sess]
-	if ts == nil {
-		ts = map[string]struct{}{}
-		m.mu.tokens[sess] = ts
-	}
-	ts[id] = struct{}{}
-}
-
 // tokenRevoked expires every session bound to the revoked token id. It
 // runs on the run loop goroutine and must not block.
 func (m *master) tokenRevoked(id string) {
-	m.mu.Lock()
-	var ended []uint64
-	for sess, ts := range m.mu.tokens {
-		if _, ok := ts[id]; ok {
-			ended = append(ended, sess)
-		}
-	}
-	m.mu.Unlock()
-	for _, sess := range ended {
+	for _, sess := range m.owners.boundTo(id) {
 		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
 		m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
 	}
-}
-
-func (m *master) publishChange(ch namespace.NodeChange) {
-	switch ch.Kind {
-	case namespace.ChangeContents:
-		m.publish(api.WantContentsModified, api.Event{Kind: api.EventContentsModified, Path: ch.Path, Instance: ch.Instance})
-	case namespace.ChangeChildAdded:
-		m.publish(api.WantChildAdded, api.Event{Kind: api.EventChildAdded, Path: ch.Path, Child: ch.Child, Instance: ch.Instance})
-	case namespace.ChangeChildRemoved:
-		m.publish(api.WantChildRemoved, api.Event{Kind: api.EventChildRemoved, Path: ch.Path, Child: ch.Child, Instance: ch.Instance})
-	case namespace.ChangeLockAcquired:
-		m.publish(api.WantLockAcquired, api.Event{Kind: api.EventLockAcquired, Path: ch.Path, Instance: ch.Instance})
-	case namespace.ChangeDeleted:
-		// Every handle on the node is now invalid, whatever it asked for.
-		m.publish(^api.EventMask(0), api.Event{Kind: api.EventHandleInvalid, Path: ch.Path, Instance: ch.Instance})
-		m.mu.Lock()
-		delete(m.mu.subs, ch.Path)
-		m.mu.Unlock()
-	}
-}
-
-// registerCacher records, before a read through a Cache handle, that the
-// session may cache path, and reports whether the read is cacheable: it is
-// not while a write to path is invalidating caches (the read could return
-// the old value after the session was invalidated).
-func (m *master) registerCacher(sess uint64, path string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.mu.writing[path] > 0 {
-		return false
-	}
-	cs := m.mu.cachers[path]
-	if cs == nil {
-		cs = map[uint64]struct{}{}
-		m.mu.cachers[path] = cs
-	}
-	cs[sess] = struct{}{}
-	return true
-}
-
-// forgetCacher records that sess no longer caches path.
-func (m *master) forgetCacher(path string, sess uint64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if cs := m.mu.cachers[path]; cs != nil {
-		delete(cs, sess)
-		if len(cs) == 0 {
-			delete(m.mu.cachers, path)
-		}
-	}
-}
-
-// invalidate is called before a write to path is proposed. It marks the
-// write in progress, waits until a new master's fail-over is acknowledged by
-// every session (Chubby §2.9: until then a client may still trust a cache
-// the old master was keeping consistent), then invalidates every session
-// caching path and waits until each acknowledged or its lease ran out. The
-// caller must call the returned end once the write was applied or failed.
-func (m *master) invalidate(ctx context.Context, path string, kind api.EventKind) (end func(), err error) {
-	m.mu.Lock()
-	m.mu.writing[path]++
-	// Each session stays registered until its Invalidate returns nil (it
-	// acknowledged, or its lease ran out): a write that gives up waiting
-	// (its deadline) leaves the event queued and the session's cache
-	// unflushed, so the next write, and any write running beside this
-	// one, must wait for that session too. Dropping the registry entry up
-	// front let such a write complete while the session still served the
-	// old contents from its cache.
-	cachers := maps.Clone(m.mu.cachers[path])
-	owners := make(map[uint64]namespace.Caller, len(cachers))
-	for sess := range cachers {
-		owners[sess] = m.mu.owners[sess]
-	}
-	m.mu.Unlock()
-	// A session that may no longer read the node (an ACL, or an ACL file's
-	// contents, changed since it read) is dropped without an invalidation:
-	// it would reveal the write, and waiting for its acknowledgement would
-	// let it stall writers it may not even see. Whatever it cached it read
-	// while it could.
-	for sess, caller := range owners {
-		if !m.mayRead(caller, path, false) {
-			delete(cachers, sess)
-			m.forgetCacher(path, sess)
-		}
-	}
-	end = func() {
-		m.mu.Lock()
-		if m.mu.writing[path]--; m.mu.writing[path] <= 0 {
-			delete(m.mu.writing, path)
-		}
-		m.mu.Unlock()
-	}
-	select {
-	case <-m.sessions.FailoverDone():
-	case <-ctx.Done():
-		end()
-		return nil, ctxError(ctx)
-	case <-m.ctx.Done():
-		end()
-		return nil, m.r.notMaster()
-	}
-	if len(cachers) == 0 {
-		return end, nil
-	}
-	errs := make(chan error, len(cachers))
-	for sess := range cachers {
-		go func(sess uint64) {
-			err := m.sessions.Invalidate(ctx, session.ID(sess), api.Event{Kind: kind, Path: path})
-			if err == nil {
-				// It holds nothing of path any more, and cannot cache it
-				// again while this write is in progress (registerCacher).
-				m.forgetCacher(path, sess)
-			}
-			errs <- err
-		}(sess)
-	}
-	var first error
-	for range cachers {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	m.r.metrics.invalidations.Add(float64(len(cachers)))
-	if first != nil {
-		end()
-		return nil, m.r.sessionError(first)
-	}
-	return end, nil
 }
 
 // lockQueue is the FIFO of sessions waiting for one lock at this master. A
@@ -628,7 +383,7 @@ func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, 
 		next = len(q.waiters) > 0
 	case errors.Is(err, api.ErrLocked):
 		// Stay at the head; the release that frees the lock kicks again.
-		m.notifyConflict(q.path)
+		m.subs.conflict(q.path)
 	case errors.Is(err, api.ErrLockDelay):
 		// The delay ends when the cell's time reaches ae.Until; while a
 		// lock-delay runs, that time follows this replica's monotonic
@@ -669,15 +424,6 @@ func (m *master) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, 
 	if next {
 		go m.kick(q.path)
 	}
-}
-
-// notifyConflict tells the holders of path that someone waits for it.
-// REQUIRES: m.mu held.
-func (m *master) notifyConflict(path string) {
-	if len(m.mu.subs[path]) == 0 {
-		return
-	}
-	go m.publish(api.WantConflictingLock, api.Event{Kind: api.EventConflictingLock, Path: path})
 }
 
 // lockFreed wakes the head waiter of a lock that became free, or fails

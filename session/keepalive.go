@@ -62,41 +62,100 @@ type Reply struct {
 // parked; ErrUnknownSession; ErrExpired if the session's expiry is decided or
 // it is removed, also while parked; and an error wrapping ErrBadAck, without
 // renewing anything, if ack is beyond the last sequence number issued.
+//
+// It is KeepAliveBatch with a batch of one.
 func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, error) {
-	if err := ctx.Err(); err != nil {
+	var out [1]BatchResult
+	if err := m.KeepAliveBatch(ctx, []BatchEntry{{Session: id, Ack: ack}}, out[:]); err != nil {
 		return Reply{}, err
+	}
+	return out[0].Reply, out[0].Err
+}
+
+// BatchEntry is one session's KeepAlive in a batch (see KeepAliveBatch).
+type BatchEntry struct {
+	Session ID
+	Ack     uint64
+}
+
+// BatchResult is the answer to one BatchEntry: Err, or Reply if Err is nil.
+type BatchResult struct {
+	Reply Reply
+	Err   error
+}
+
+// KeepAliveBatch serves the KeepAlives of many sessions as one long-poll,
+// for a connection that carries them all: each entry is accepted exactly
+// as KeepAlive accepts one (acknowledged, renewed at arrival, superseding
+// the session's parked KeepAlive), and then the batch parks once, under one
+// timer, until any of its sessions has events pending or the answer time
+// of KeepAlive (the cadence after arrival, or KeepAliveEarly before the
+// earliest lease end) comes. Then every entry still parked is answered
+// together, each with its session's lease renewed at that instant and its
+// own events; so one event answers the whole batch early, and every other
+// session in it still gets its renewal.
+//
+// An entry's own failure is its result's Err, and leaves the others
+// parked: ErrUnknownSession, ErrExpired (also when the session expires or
+// is removed while parked), ErrBadAck (nothing renewed), and, for an entry
+// replaced by a newer KeepAlive of its session, a Superseded Reply at once
+// in its result. out must have len(entries) results; KeepAliveBatch fills
+// it. It returns ErrNotServing (also if Stop is called while it is parked,
+// with every result's Err ErrNotServing) or ctx.Err() if ctx ends first (the
+// renewals on arrival stand); then out says nothing.
+//
+// The work is one timer and one wake-up per batch, and per session in it
+// a constant number of map and lease-index operations: no goroutine,
+// channel or timer per session.
+func (m *Manager) KeepAliveBatch(ctx context.Context, entries []BatchEntry, out []BatchResult) error {
+	if len(out) != len(entries) {
+		panic("session: KeepAliveBatch: out and entries differ in length")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	m.mu.Lock()
-	s, err := m.liveLocked(id)
-	if err != nil {
+	if m.mu.state != stateServing {
 		m.mu.Unlock()
-		return Reply{}, err
+		return ErrNotServing
 	}
-	if ack > s.q.last {
-		m.mu.Unlock()
-		return Reply{}, fmt.Errorf("%w: ack %d, last event of session %d is %d", ErrBadAck, ack, id, s.q.last)
-	}
-	m.mu.keepalives++
 	now := m.clock.Now()
-	s.q.ack(ack)
+	w := &waiter{wake: make(chan struct{}, 1), arrived: now, slots: make([]slot, len(entries))}
+	events := false
+	for i, e := range entries {
+		sl := &w.slots[i]
+		sl.done = true
+		s, err := m.liveLocked(e.Session)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		if e.Ack > s.q.last {
+			out[i].Err = fmt.Errorf("%w: ack %d, last event of session %d is %d", ErrBadAck, e.Ack, e.Session, s.q.last)
+			continue
+		}
+		m.mu.keepalives++
+		s.q.ack(e.Ack)
+		if s.failoverSeq != 0 && e.Ack >= s.failoverSeq {
+			m.clearFailoverLocked(s)
+		}
+		m.renewLocked(s, now)
+		if s.parked != nil {
+			m.supersedeLocked(s, now)
+		}
+		sl.s, sl.done = s, false
+		s.parked, s.slot = w, i
+		w.open++
+		events = events || len(s.q.events) > 0
+	}
 	m.broadcastAckLocked()
-	if s.failoverSeq != 0 && ack >= s.failoverSeq {
-		m.clearFailoverLocked(s)
-	}
-	m.renewLocked(s, now)
-	if s.parked != nil {
-		m.supersedeLocked(s, now)
-	}
-	arrived := now
-	if len(s.q.events) > 0 {
-		r := m.replyLocked(s, arrived, now)
+	if w.open == 0 || events {
+		m.answerLocked(w, now)
+		m.collectLocked(w, out)
 		m.mu.Unlock()
-		return r, nil
+		return nil
 	}
-	w := &waiter{wake: make(chan struct{}, 1), arrived: arrived}
-	s.parked = w
-	answerAt := m.answerAtLocked(s, arrived)
-	m.checkLocked(s)
+	answerAt := m.batchAnswerAtLocked(w)
 	m.keepalives.Add(1)
 	m.mu.Unlock()
 	defer m.keepalives.Done()
@@ -107,34 +166,93 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID, ack uint64) (Reply, erro
 		select {
 		case <-ctx.Done():
 			m.mu.Lock()
-			if s.parked == w {
-				s.parked = nil
+			for i := range w.slots {
+				if sl := &w.slots[i]; !sl.done && sl.s.parked == w {
+					sl.s.parked = nil
+				}
 			}
 			m.mu.Unlock()
-			return Reply{}, ctx.Err()
+			return ctx.Err()
 		case <-w.wake:
 		case <-t.C():
 		}
 		m.mu.Lock()
-		if w.err != nil {
+		if w.stopped {
 			m.mu.Unlock()
-			return Reply{}, w.err
-		}
-		if w.superseded != nil {
-			m.mu.Unlock()
-			return *w.superseded, nil
+			return ErrNotServing
 		}
 		now = m.clock.Now()
-		answerAt = m.answerAtLocked(s, arrived)
-		if len(s.q.events) > 0 || !now.Before(answerAt) {
-			s.parked = nil
-			r := m.replyLocked(s, arrived, now)
+		if w.open > 0 && now.Before(m.batchAnswerAtLocked(w)) && !w.eventsLocked() {
+			// A fire from before a renewal, or a wake for a session that
+			// left the batch: wait for the answer time.
+			t.Reset(m.batchAnswerAtLocked(w).Sub(now))
 			m.mu.Unlock()
-			return r, nil
+			continue
 		}
-		// A fire from before a renewal: wait for the new answer time.
-		t.Reset(answerAt.Sub(now))
+		m.answerLocked(w, now)
+		m.collectLocked(w, out)
 		m.mu.Unlock()
+		return nil
+	}
+}
+
+// batchAnswerAtLocked is when the parked batch w is answered if no event
+// comes first: the earliest answer time (answerAtLocked) of its sessions
+// still parked.
+// REQUIRES: m.mu held; w.open > 0.
+func (m *Manager) batchAnswerAtLocked(w *waiter) monotime.Time {
+	var at monotime.Time
+	first := true
+	for i := range w.slots {
+		sl := &w.slots[i]
+		if sl.done {
+			continue
+		}
+		if a := m.answerAtLocked(sl.s, w.arrived); first || a.Before(at) {
+			at, first = a, false
+		}
+	}
+	return at
+}
+
+// eventsLocked reports whether a session still parked in w has events.
+// REQUIRES: m.mu held.
+func (w *waiter) eventsLocked() bool {
+	for i := range w.slots {
+		if sl := &w.slots[i]; !sl.done && len(sl.s.q.events) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// answerLocked answers every entry of w still parked at now.
+// REQUIRES: m.mu held.
+func (m *Manager) answerLocked(w *waiter, now monotime.Time) {
+	for i := range w.slots {
+		sl := &w.slots[i]
+		if sl.done {
+			continue
+		}
+		s := sl.s
+		if s.parked == w && s.slot == i {
+			s.parked = nil
+		}
+		sl.reply = m.replyLocked(s, w.arrived, now)
+		sl.done = true
+		w.open--
+	}
+}
+
+// collectLocked copies w's answers and errors into out.
+// REQUIRES: m.mu held; every slot of w done.
+func (m *Manager) collectLocked(w *waiter, out []BatchResult) {
+	for i := range w.slots {
+		sl := &w.slots[i]
+		if sl.s == nil {
+			continue // refused at arrival: out[i].Err is set
+		}
+		out[i] = BatchResult{Reply: sl.reply, Err: sl.err}
 	}
 }
 
@@ -166,20 +284,19 @@ func (m *Manager) cadenceLocked() time.Duration {
 
 // supersedeLocked answers the session's parked KeepAlive, replaced at now
 // by a newer one whose arrival renewed the lease: the lease is counted
-// from now, and the events stay queued for the newer one.
+// from now, and the events stay queued for the newer one. The rest of its
+// batch stays parked.
 // REQUIRES: m.mu held; s.parked != nil; the lease renewed at now.
 func (m *Manager) supersedeLocked(s *sess, now monotime.Time) {
 	w := s.parked
-	s.parked = nil
-	w.superseded = &Reply{
+	m.settleLocked(s, Reply{
 		LeaseTimeout: s.leaseEnd.Sub(now),
 		Epoch:        m.cfg.Epoch,
 		At:           now,
 		Held:         now.Sub(w.arrived),
 		Cadence:      m.cadenceLocked(),
 		Superseded:   true,
-	}
-	w.signal()
+	}, nil)
 }
 
 // replyLocked renews the session's lease and builds the answer to a
