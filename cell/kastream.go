@@ -30,6 +30,9 @@ type kaStreamServer struct {
 	wg       sync.WaitGroup
 	inflight atomic.Int64 // KeepAlives parked or being answered
 	wmu      sync.Mutex
+
+	jmu    sync.Mutex
+	parked *parkedBatch // guarded by jmu; the batch later frames join
 }
 
 // write writes one reply frame; a failure ends the stream.
@@ -151,44 +154,139 @@ func (ss *kaStreamServer) serveOne(req api.KeepAliveStreamRequest) {
 }
 
 // serveBatch serves the KeepAlives of one batch frame: each is admitted
-// as keepAliveCall admits one, the admitted ones are parked as one batch
-// by the session manager, and every entry's reply goes out in one frame.
-// An entry's refusal is its own reply's error; it does not delay the
-// others, and nothing is tarpitted (a refused entry's RetryAfter tells its
-// session when to try again).
+// as keepAliveCall admits one, and the admitted ones join the batch this
+// stream has parked, if there is one not yet answered, or else are parked
+// as a new batch by the session manager, which this goroutine waits for
+// and answers, with every entry that joined it, in one frame. So batches
+// that arrive apart (sessions started at different times) are answered
+// together, and their sessions re-send together: after a round a
+// connection's KeepAlives travel in one frame each way. An entry's
+// refusal is its own reply's error; it does not delay the others, and
+// nothing is tarpitted (a refused entry's RetryAfter tells its session
+// when to try again).
 func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 	r := ss.r
-	defer ss.inflight.Add(-int64(len(reqs)))
 	start := time.Now()
-	reply := &api.KeepAliveBatchReply{Replies: make([]api.KeepAliveStreamReply, len(reqs))}
-	for i := range reqs {
-		reply.Replies[i].Call = reqs[i].Call
-	}
 	c := &rpcCall{r: r, method: api.MethodKeepAlive, id: ss.s.Identity(), ctx: ss.ctx}
-	err := r.keepAliveBatch(ss.ctx, c, reqs, reply.Replies)
-	r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
+	refused := make([]api.KeepAliveStreamReply, 0)
+	m, entries, calls, err := r.admitKeepAliveBatch(c, reqs, &refused)
 	if err != nil {
 		ae := toAPIError(err)
-		for i := range reply.Replies {
-			reply.Replies[i].Err = ae
+		for _, q := range reqs {
+			refused = append(refused, api.KeepAliveStreamReply{Call: q.Call, Err: ae})
 		}
 	}
-	ss.write(api.ReplyOK, reply)
+	if len(entries) == 0 {
+		ss.inflight.Add(-int64(len(reqs)))
+		r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
+		ss.write(api.ReplyOK, &api.KeepAliveBatchReply{Replies: refused})
+		return
+	}
+	r.metrics.keepalives.Add(float64(len(entries)))
+
+	ss.jmu.Lock()
+	if pb := ss.parked; pb != nil && pb.m == m && pb.b.Join(entries) {
+		pb.calls = append(pb.calls, calls...)
+		ss.jmu.Unlock()
+		// The batch answers the joined entries and frees their places.
+		ss.inflight.Add(-int64(len(reqs) - len(entries)))
+		if len(refused) > 0 {
+			ss.write(api.ReplyOK, &api.KeepAliveBatchReply{Replies: refused})
+		}
+		return
+	}
+	b, err := m.sessions.ParkBatch(entries)
+	var pb *parkedBatch
+	if err == nil {
+		pb = &parkedBatch{m: m, b: b, calls: calls}
+		ss.parked = pb
+	}
+	ss.jmu.Unlock()
+	var res []session.BatchResult
+	if err == nil {
+		res, err = b.Wait(ss.ctx)
+		ss.jmu.Lock()
+		if ss.parked == pb {
+			ss.parked = nil
+		}
+		calls = pb.calls // with every joined entry's: b is closed to joining
+		ss.jmu.Unlock()
+	}
+	ss.inflight.Add(-int64(len(reqs) - len(entries) + len(calls)))
+	r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
+	replies := refused
+	if err != nil {
+		ae := r.sessionError(err)
+		for _, call := range calls {
+			replies = append(replies, api.KeepAliveStreamReply{Call: call, Err: ae})
+		}
+	} else {
+		if len(res) != len(calls) {
+			panic("cell: invariant broken: a KeepAlive batch answered a different number of entries than it holds")
+		}
+		for j, res := range res {
+			reply := api.KeepAliveStreamReply{Call: calls[j]}
+			if res.Err != nil {
+				reply.Err = r.sessionError(res.Err)
+			} else {
+				reply.KeepAlive = keepAliveResponse(res.Reply)
+			}
+			replies = append(replies, reply)
+		}
+	}
+	ss.writeBatchReplies(replies)
 }
 
-// keepAliveBatch admits each KeepAlive of reqs with keepAliveCall's checks
-// (authentication, ownership of the session, the tenant's KeepAlive
-// budget, the epoch), parks the admitted ones as one batch, and fills
-// replies (whose Call fields are set) with each entry's answer or error.
-// It returns an error that applies to every entry (this replica does not
-// serve; the stream ended).
-func (r *Replica) keepAliveBatch(ctx context.Context, c *rpcCall, reqs []api.KeepAliveStreamRequest, replies []api.KeepAliveStreamReply) error {
+// parkedBatch is the batch a KeepAlive stream has parked, which later
+// batch frames of the stream join while it is not answered.
+type parkedBatch struct {
+	m     *master
+	b     *session.Batch
+	calls []uint64 // the Call of each entry of b, in b's order
+}
+
+// kaReplyFrameBytes bounds the estimated size of one batch reply frame,
+// well below a client's 1 MiB limit on reply frames; a larger answer is
+// spread over several frames (api.KeepAliveBatchReply allows it).
+const kaReplyFrameBytes = 512 << 10
+
+// writeBatchReplies writes replies in as few batch reply frames as the
+// frame size allows.
+func (ss *kaStreamServer) writeBatchReplies(replies []api.KeepAliveStreamReply) {
+	from, size := 0, 0
+	for i, rp := range replies {
+		n := 64 // a reply without events, generously
+		if rp.KeepAlive != nil {
+			for _, ev := range rp.KeepAlive.Events {
+				n += 64 + len(ev.Path) + len(ev.Child)
+			}
+		}
+		if rp.Err != nil {
+			n += len(rp.Err.Msg)
+		}
+		if i > from && size+n > kaReplyFrameBytes {
+			ss.write(api.ReplyOK, &api.KeepAliveBatchReply{Replies: replies[from:i]})
+			from, size = i, 0
+		}
+		size += n
+	}
+	ss.write(api.ReplyOK, &api.KeepAliveBatchReply{Replies: replies[from:]})
+}
+
+// admitKeepAliveBatch admits each KeepAlive of reqs with keepAliveCall's
+// checks (authentication, ownership of the session, the tenant's
+// KeepAlive budget, the epoch): it returns the master and the admitted
+// entries with their Calls, and appends a reply with its error for each
+// refused one to refused. It returns an error that applies to every entry
+// (this replica does not serve).
+func (r *Replica) admitKeepAliveBatch(c *rpcCall, reqs []api.KeepAliveStreamRequest, refused *[]api.KeepAliveStreamReply) (
+	*master, []session.BatchEntry, []uint64, error) {
 	m, err := c.needMaster()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	entries := make([]session.BatchEntry, 0, len(reqs))
-	index := make([]int, 0, len(reqs)) // entries[j] answers reqs[index[j]]
+	calls := make([]uint64, 0, len(reqs))
 	owners := m.owners.ownersOf(reqs)
 	var authed bool
 	var authErr error
@@ -201,35 +299,19 @@ func (r *Replica) keepAliveBatch(ctx context.Context, c *rpcCall, reqs []api.Kee
 			c.caller, c.tokenID = namespace.Caller{}, ""
 			authErr = c.authenticate(req)
 		}
-		if authErr != nil {
-			replies[i].Err = toAPIError(authErr)
-			continue
+		err := authErr
+		var ack uint64
+		if err == nil {
+			ack, err = c.admitBatchKeepAlive(m, owners[i], req)
 		}
-		ack, err := c.admitBatchKeepAlive(m, owners[i], req)
 		if err != nil {
-			replies[i].Err = toAPIError(err)
+			*refused = append(*refused, api.KeepAliveStreamReply{Call: reqs[i].Call, Err: toAPIError(err)})
 			continue
 		}
 		entries = append(entries, session.BatchEntry{Session: session.ID(req.Session), Ack: ack})
-		index = append(index, i)
+		calls = append(calls, reqs[i].Call)
 	}
-	if len(entries) == 0 {
-		return nil
-	}
-	r.metrics.keepalives.Add(float64(len(entries)))
-	out := make([]session.BatchResult, len(entries))
-	if err := m.sessions.KeepAliveBatch(ctx, entries, out); err != nil {
-		return r.sessionError(err)
-	}
-	for j, res := range out {
-		i := index[j]
-		if res.Err != nil {
-			replies[i].Err = r.sessionError(res.Err)
-			continue
-		}
-		replies[i].KeepAlive = keepAliveResponse(res.Reply)
-	}
-	return nil
+	return m, entries, calls, nil
 }
 
 // admitBatchKeepAlive is handleKeepAlive's admission of one KeepAlive of

@@ -375,7 +375,7 @@ func (r *Replica) Status() Status {
 	}
 	if m != nil {
 		out.Sessions = m.sessions.Stats().Sessions
-		out.LockWaiters = m.waiterCount()
+		out.LockWaiters = m.locks.count()
 	}
 	return out
 }

@@ -150,18 +150,25 @@ func (ks *kaStream) read(c *Client) {
 				return
 			}
 			c.heardFrom(ks.cc)
+			// Count the sessions this frame answers before any of them
+			// can re-send, so that the first to re-send waits for the rest.
+			chs := make([]chan api.KeepAliveStreamReply, len(r.Replies))
 			ks.mu.Lock()
 			ks.answered = true
-			ks.mu.Unlock()
-			n := 0
-			for _, e := range r.Replies {
-				if ks.deliver(e) && e.Err == nil {
-					n++
+			for i, e := range r.Replies {
+				if chs[i] = ks.calls[e.Call]; chs[i] != nil {
+					delete(ks.calls, e.Call)
+					if e.Err == nil {
+						ks.expect++
+					}
 				}
 			}
-			ks.mu.Lock()
-			ks.expect += n
 			ks.mu.Unlock()
+			for i, ch := range chs {
+				if ch != nil {
+					ch <- r.Replies[i] // buffered: one reply per call
+				}
+			}
 		case api.ReplyError:
 			ae := &api.Error{}
 			if err := f.Decode(ae); err != nil {

@@ -206,3 +206,52 @@ func TestKeepAliveBatchStop(t *testing.T) {
 		}
 	})
 }
+
+// TestKeepAliveBatchJoin: entries that join a parked batch are answered
+// with it, each with Held counted from its own arrival (never from the
+// batch's, which would overstate its lease); once the batch is answered,
+// nothing can join it.
+func TestKeepAliveBatchJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cadence := lease / 12
+		m := newManager(t, Config{KeepAliveCadence: cadence}, false)
+		mustAdd(t, m, 1, 2, 3, 4)
+		start := monotime.Now()
+		b, err := m.ParkBatch([]BatchEntry{{Session: 1}, {Session: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan batchResult, 1)
+		go func() {
+			out, err := b.Wait(t.Context())
+			ch <- batchResult{out: out, err: err, at: monotime.Now()}
+		}()
+		sleep(cadence / 4)
+		if !b.Join([]BatchEntry{{Session: 3}, {Session: 98}}) {
+			t.Fatal("could not join a parked batch")
+		}
+		if _, ok := batchReturned(ch); ok {
+			t.Fatal("joining answered the batch")
+		}
+		sleep(cadence - cadence/4)
+		r, ok := batchReturned(ch)
+		if !ok || r.err != nil || len(r.out) != 4 {
+			t.Fatalf("not answered at the cadence: %+v", r)
+		}
+		wantHeld := []time.Duration{cadence, cadence, cadence - cadence/4}
+		for i, want := range wantHeld {
+			if res := r.out[i]; res.Err != nil || res.Reply.Held != want || res.Reply.At != start.Add(cadence) || res.Reply.LeaseTimeout != lease {
+				t.Fatalf("entry %d: %+v, want Held %v", i, res, want)
+			}
+		}
+		if !errors.Is(r.out[3].Err, ErrUnknownSession) {
+			t.Fatalf("joined unknown session: %+v", r.out[3])
+		}
+		if b.Join([]BatchEntry{{Session: 4}}) {
+			t.Fatal("joined an answered batch")
+		}
+		if st := m.Stats(); st.Parked != 0 {
+			t.Fatalf("%d parked after the answer", st.Parked)
+		}
+	})
+}

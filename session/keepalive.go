@@ -85,28 +85,10 @@ type BatchResult struct {
 }
 
 // KeepAliveBatch serves the KeepAlives of many sessions as one long-poll,
-// for a connection that carries them all: each entry is accepted exactly
-// as KeepAlive accepts one (acknowledged, renewed at arrival, superseding
-// the session's parked KeepAlive), and then the batch parks once, under one
-// timer, until any of its sessions has events pending or the answer time
-// of KeepAlive (the cadence after arrival, or KeepAliveEarly before the
-// earliest lease end) comes. Then every entry still parked is answered
-// together, each with its session's lease renewed at that instant and its
-// own events; so one event answers the whole batch early, and every other
-// session in it still gets its renewal.
-//
-// An entry's own failure is its result's Err, and leaves the others
-// parked: ErrUnknownSession, ErrExpired (also when the session expires or
-// is removed while parked), ErrBadAck (nothing renewed), and, for an entry
-// replaced by a newer KeepAlive of its session, a Superseded Reply at once
-// in its result. out must have len(entries) results; KeepAliveBatch fills
-// it. It returns ErrNotServing (also if Stop is called while it is parked,
-// with every result's Err ErrNotServing) or ctx.Err() if ctx ends first (the
-// renewals on arrival stand); then out says nothing.
-//
-// The work is one timer and one wake-up per batch, and per session in it
-// a constant number of map and lease-index operations: no goroutine,
-// channel or timer per session.
+// for a connection that carries them all: it is ParkBatch followed by
+// Wait, with the results copied into out, which must have len(entries)
+// results. It returns ParkBatch's and Wait's errors (then out says
+// nothing).
 func (m *Manager) KeepAliveBatch(ctx context.Context, entries []BatchEntry, out []BatchResult) error {
 	if len(out) != len(entries) {
 		panic("session: KeepAliveBatch: out and entries differ in length")
@@ -114,24 +96,89 @@ func (m *Manager) KeepAliveBatch(ctx context.Context, entries []BatchEntry, out 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	if m.mu.state != stateServing {
-		m.mu.Unlock()
-		return ErrNotServing
+	b, err := m.ParkBatch(entries)
+	if err != nil {
+		return err
 	}
+	res, err := b.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	copy(out, res)
+	return nil
+}
+
+// Batch is a batch of KeepAlives parked as one long-poll (ParkBatch):
+// one timer and one wake-up per batch, and per session in it a constant
+// number of map and lease-index operations; no goroutine, channel or
+// timer per session. Wait must be called exactly once; Join may be called
+// from other goroutines until then.
+type Batch struct {
+	m *Manager
+	w *waiter
+}
+
+// ParkBatch accepts the KeepAlives of entries, each exactly as KeepAlive
+// accepts one (acknowledged, renewed at arrival, superseding the session's
+// parked KeepAlive), and parks them as one batch, answered by Wait: when
+// any of its sessions has events pending, or at the answer time of
+// KeepAlive (the cadence after arrival, or KeepAliveEarly before the lease
+// ends) of the earliest of its entries, every entry still parked is
+// answered together, each with its session's lease renewed at that instant
+// and its own events, and Held counted from its own arrival. So one event
+// answers the whole batch early, and every other session in it still gets
+// its renewal.
+//
+// An entry's own failure is its result's Err, and leaves the others
+// parked: ErrUnknownSession, ErrExpired (also when the session expires or
+// is removed while parked), ErrBadAck (nothing renewed), and, for an entry
+// replaced by a newer KeepAlive of its session, a Superseded Reply. It
+// returns ErrNotServing if the Manager does not serve.
+func (m *Manager) ParkBatch(entries []BatchEntry) (*Batch, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.state != stateServing {
+		return nil, ErrNotServing
+	}
+	w := &waiter{wake: make(chan struct{}, 1)}
+	m.acceptLocked(w, entries)
+	return &Batch{m: m, w: w}, nil
+}
+
+// Join adds entries to the batch, each accepted as ParkBatch accepts
+// one (its Held counted from now), if the batch has not been answered
+// yet; their results follow the batch's own in Wait's answer, in order.
+// It reports false, and does nothing, if the batch was answered or ended:
+// then the caller parks its entries otherwise.
+func (b *Batch) Join(entries []BatchEntry) bool {
+	m := b.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b.w.closed || m.mu.state != stateServing {
+		return false
+	}
+	if m.acceptLocked(b.w, entries) {
+		b.w.signal()
+	}
+	return true
+}
+
+// acceptLocked accepts entries into w at now, parking each accepted one
+// in its slot, and reports whether any of their sessions has events.
+// REQUIRES: m.mu held; m serving; w not closed.
+func (m *Manager) acceptLocked(w *waiter, entries []BatchEntry) (events bool) {
 	now := m.clock.Now()
-	w := &waiter{wake: make(chan struct{}, 1), arrived: now, slots: make([]slot, len(entries))}
-	events := false
-	for i, e := range entries {
+	for _, e := range entries {
+		i := len(w.slots)
+		w.slots = append(w.slots, slot{done: true, arrived: now})
 		sl := &w.slots[i]
-		sl.done = true
 		s, err := m.liveLocked(e.Session)
 		if err != nil {
-			out[i].Err = err
+			sl.err = err
 			continue
 		}
 		if e.Ack > s.q.last {
-			out[i].Err = fmt.Errorf("%w: ack %d, last event of session %d is %d", ErrBadAck, e.Ack, e.Session, s.q.last)
+			sl.err = fmt.Errorf("%w: ack %d, last event of session %d is %d", ErrBadAck, e.Ack, e.Session, s.q.last)
 			continue
 		}
 		m.mu.keepalives++
@@ -149,50 +196,67 @@ func (m *Manager) KeepAliveBatch(ctx context.Context, entries []BatchEntry, out 
 		events = events || len(s.q.events) > 0
 	}
 	m.broadcastAckLocked()
-	if w.open == 0 || events {
-		m.answerLocked(w, now)
-		m.collectLocked(w, out)
+	return events
+}
+
+// Wait waits until the batch is answered (see ParkBatch) and returns a
+// result per entry, those of ParkBatch then those of each Join in turn.
+// It returns ErrNotServing (also if Stop is called while it waits) or
+// ctx.Err() if ctx ends first (the renewals on arrival stand; the batch
+// is ended, so no entry can join it any more).
+func (b *Batch) Wait(ctx context.Context) ([]BatchResult, error) {
+	m, w := b.m, b.w
+	m.mu.Lock()
+	if w.stopped {
+		w.closed = true
 		m.mu.Unlock()
-		return nil
+		return nil, ErrNotServing
 	}
-	answerAt := m.batchAnswerAtLocked(w)
+	now := m.clock.Now()
+	if w.open == 0 || w.eventsLocked() {
+		m.answerLocked(w, now)
+		out := m.collectLocked(w)
+		m.mu.Unlock()
+		return out, nil
+	}
 	m.keepalives.Add(1)
+	t := m.clock.NewTimer(m.batchAnswerAtLocked(w).Sub(now))
 	m.mu.Unlock()
 	defer m.keepalives.Done()
-
-	t := m.clock.NewTimer(answerAt.Sub(now))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			m.mu.Lock()
+			w.closed = true
 			for i := range w.slots {
 				if sl := &w.slots[i]; !sl.done && sl.s.parked == w {
 					sl.s.parked = nil
 				}
 			}
 			m.mu.Unlock()
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-w.wake:
 		case <-t.C():
 		}
 		m.mu.Lock()
 		if w.stopped {
+			w.closed = true
 			m.mu.Unlock()
-			return ErrNotServing
+			return nil, ErrNotServing
 		}
 		now = m.clock.Now()
 		if w.open > 0 && now.Before(m.batchAnswerAtLocked(w)) && !w.eventsLocked() {
-			// A fire from before a renewal, or a wake for a session that
-			// left the batch: wait for the answer time.
+			// A wake for a session that left the batch or for one that
+			// joined it: wait for the answer time.
 			t.Reset(m.batchAnswerAtLocked(w).Sub(now))
 			m.mu.Unlock()
 			continue
 		}
 		m.answerLocked(w, now)
-		m.collectLocked(w, out)
+		out := m.collectLocked(w)
 		m.mu.Unlock()
-		return nil
+		return out, nil
 	}
 }
 
@@ -208,7 +272,7 @@ func (m *Manager) batchAnswerAtLocked(w *waiter) monotime.Time {
 		if sl.done {
 			continue
 		}
-		if a := m.answerAtLocked(sl.s, w.arrived); first || a.Before(at) {
+		if a := m.answerAtLocked(sl.s, sl.arrived); first || a.Before(at) {
 			at, first = a, false
 		}
 	}
@@ -226,9 +290,11 @@ func (w *waiter) eventsLocked() bool {
 	return false
 }
 
-// answerLocked answers every entry of w still parked at now.
+// answerLocked answers every entry of w still parked at now, and closes w
+// to joining.
 // REQUIRES: m.mu held.
 func (m *Manager) answerLocked(w *waiter, now monotime.Time) {
+	w.closed = true
 	for i := range w.slots {
 		sl := &w.slots[i]
 		if sl.done {
@@ -238,22 +304,21 @@ func (m *Manager) answerLocked(w *waiter, now monotime.Time) {
 		if s.parked == w && s.slot == i {
 			s.parked = nil
 		}
-		sl.reply = m.replyLocked(s, w.arrived, now)
+		sl.reply = m.replyLocked(s, sl.arrived, now)
 		sl.done = true
 		w.open--
 	}
 }
 
-// collectLocked copies w's answers and errors into out.
+// collectLocked returns w's answers and errors, one per slot.
 // REQUIRES: m.mu held; every slot of w done.
-func (m *Manager) collectLocked(w *waiter, out []BatchResult) {
+func (m *Manager) collectLocked(w *waiter) []BatchResult {
+	out := make([]BatchResult, len(w.slots))
 	for i := range w.slots {
 		sl := &w.slots[i]
-		if sl.s == nil {
-			continue // refused at arrival: out[i].Err is set
-		}
 		out[i] = BatchResult{Reply: sl.reply, Err: sl.err}
 	}
+	return out
 }
 
 // answerAtLocked is when a KeepAlive of s that arrived at arrived is
@@ -293,7 +358,7 @@ func (m *Manager) supersedeLocked(s *sess, now monotime.Time) {
 		LeaseTimeout: s.leaseEnd.Sub(now),
 		Epoch:        m.cfg.Epoch,
 		At:           now,
-		Held:         now.Sub(w.arrived),
+		Held:         now.Sub(w.slots[s.slot].arrived),
 		Cadence:      m.cadenceLocked(),
 		Superseded:   true,
 	}, nil)

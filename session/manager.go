@@ -80,20 +80,23 @@ type sess struct {
 // a batch of one). Its fields other than wake are guarded by the
 // Manager's mu.
 type waiter struct {
-	wake    chan struct{} // buffer of one; a send means "look again"
-	arrived monotime.Time // when the batch arrived
-	slots   []slot        // one per entry
+	wake  chan struct{} // buffer of one; a send means "look again"
+	slots []slot        // one per entry, in the order accepted
 	// open counts the slots not yet done; when it drops to zero the
 	// batch's goroutine is woken to return.
 	open int
 	// stopped is set when Stop ended the term while the batch was parked.
 	stopped bool
+	// closed is set once the batch is answered or ended: no entry may
+	// join it any more (Batch.Join).
+	closed bool
 }
 
 // slot is one entry of a parked batch.
 type slot struct {
-	s    *sess // nil if the entry was refused at arrival
-	done bool  // answered, superseded, or ended with err
+	s       *sess         // nil if the entry was refused at arrival
+	arrived monotime.Time // when the entry arrived: its Held counts from it
+	done    bool          // answered, superseded, or ended with err
 	// reply is the answer once done, unless err is set.
 	reply Reply
 	err   error

@@ -37,7 +37,11 @@ type Error struct {
 
 // Error returns "<what> at byte <pos>: <cause>[: <detail>]".
 func (e *Error) Error() string {
-	s := e.What + " at byte " + strconv.Itoa(e.Pos) + ": " + e.Err.Error()
+	cause := "malformed"
+	if e.Err != nil {
+		cause = e.Err.Error()
+	}
+	s := e.What + " at byte " + strconv.Itoa(e.Pos) + ": " + cause
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	}

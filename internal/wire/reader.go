@@ -165,10 +165,13 @@ func (r *Reader) Varint(what string) int64 {
 }
 
 // Count reads a uvarint count of items that each take at least minSize
-// bytes (minSize ≥ 1) and fails with ErrTooLong if it is over max or if
-// the rest of the input could not hold that many: a bound on what a
-// decoder allocates for it.
+// bytes (a minSize below 1 counts as 1) and fails with ErrTooLong if it is
+// over max or if the rest of the input could not hold that many: a bound on
+// what a decoder allocates for it.
 func (r *Reader) Count(max uint64, minSize int, what string) int {
+	if minSize < 1 {
+		minSize = 1
+	}
 	pos := r.off
 	n := r.Uvarint(what)
 	if r.err != nil {
