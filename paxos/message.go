@@ -133,6 +133,10 @@ type Message struct {
 	Nonce     uint64      `msgpack:"x,omitempty"`
 	// Released is a ballot whose leader stepped down (MsgPrepare only).
 	Released Ballot `msgpack:"r,omitempty"`
+	// ConfIndex is the Index of the membership the sender knows chosen
+	// (MsgPromise only): a candidate counts no promise from a replica that
+	// knows a later membership than its own (see "Membership").
+	ConfIndex Slot `msgpack:"g,omitempty"`
 }
 
 // String describes m on one stable line, for logs and golden tests.
@@ -180,6 +184,9 @@ func (m Message) String() string {
 	if m.Released != 0 {
 		fmt.Fprintf(&b, " released=%s", m.Released)
 	}
+	if m.ConfIndex != 0 {
+		fmt.Fprintf(&b, " conf=%d", m.ConfIndex)
+	}
 	return b.String()
 }
 
@@ -188,6 +195,9 @@ func (m Message) String() string {
 func describeEntry(e Entry) string {
 	if e.Value.IsNoop() {
 		return fmt.Sprintf("%d@%s:noop", e.Slot, e.Ballot)
+	}
+	if c := e.Value.Conf; c != nil {
+		return fmt.Sprintf("%d@%s:conf(%s)", e.Slot, e.Ballot, c)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d@%s:{", e.Slot, e.Ballot)
@@ -224,8 +234,17 @@ func (n *Node) check(m *Message) error {
 	if m.To != n.id {
 		return bad("addressed to %d, this is %d", m.To, n.id)
 	}
-	if m.From == n.id || n.index(m.From) < 0 {
+	if m.From == n.id || m.From == 0 || m.From > MaxID {
 		return bad("sender %d is not a peer", m.From)
+	}
+	if !n.conf.isMember(m.From) {
+		// A replica removed from the cell (or never added) is refused,
+		// except for a former member's step-down: a master removes itself
+		// by handing over, and the release and the successor's TimeoutNow
+		// may arrive after the receiver learned of the removal.
+		if n.index(m.From) < 0 || (m.Type != MsgRelease && m.Type != MsgTimeoutNow) {
+			return bad("sender %d is not a member (%s)", m.From, n.conf)
+		}
 	}
 	if m.Commit > MaxSlot || m.Slot > MaxSlot || m.Compacted > MaxSlot {
 		return bad("slot number beyond %d", MaxSlot)
@@ -239,6 +258,14 @@ func (n *Node) check(m *Message) error {
 		}
 		if i > 0 && e.Slot <= m.Entries[i-1].Slot {
 			return bad("entry slots not increasing")
+		}
+		if c := e.Value.Conf; c != nil {
+			if err := c.validate(); err != nil {
+				return bad("entry %d: %v", e.Slot, err)
+			}
+			if len(e.Value.Cmds) != 1 || len(e.Value.Cmds[0].Data) != 0 {
+				return bad("entry %d: a membership change with %d commands", e.Slot, len(e.Value.Cmds))
+			}
 		}
 	}
 	for i, s := range m.Slots {
@@ -305,6 +332,9 @@ func (n *Node) check(m *Message) error {
 	case MsgSnapshot:
 		if m.Snapshot.Slot == 0 || m.Snapshot.Slot > m.Commit {
 			return bad("snapshot slot %d outside 1..%d", m.Snapshot.Slot, m.Commit)
+		}
+		if c := m.Snapshot.Members; c != nil && (c.validate() != nil || c.Index > m.Snapshot.Slot) {
+			return bad("snapshot membership %v invalid", c)
 		}
 	case MsgLearnReq:
 		if m.Slot == 0 {

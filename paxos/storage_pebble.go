@@ -298,7 +298,7 @@ func (s *PebbleStorage) Snapshot() (Snapshot, error) {
 	if crc32.Checksum(data, pebbleCRCTable) != d.crc {
 		return Snapshot{}, fmt.Errorf("%w: snapshot at slot %d: data checksum mismatch", ErrPebbleCorrupt, d.slot)
 	}
-	return Snapshot{Slot: d.slot, Data: data}, nil
+	return Snapshot{Slot: d.slot, Data: data, Members: d.members}, nil
 }
 
 // Save implements Saver: hs (unless empty) and ents go into one batch,
@@ -402,6 +402,13 @@ func (s *PebbleStorage) SaveSnapshot(snap Snapshot) error {
 		chunks: chunks,
 		crc:    crc32.Checksum(snap.Data, pebbleCRCTable),
 	}
+	if snap.Members != nil {
+		if err := snap.Members.validate(); err != nil {
+			return fmt.Errorf("%w: snapshot membership: %v", ErrPebbleInvalid, err)
+		}
+		m := snap.Members.clone()
+		d.members = &m
+	}
 	hs := s.mu.hs
 	hs.Chosen = max(hs.Chosen, snap.Slot)
 
@@ -486,13 +493,20 @@ func (s *PebbleStorage) abortLocked(b *pebble.Batch, err error) error {
 // integers as canonical (minimal) uvarints:
 //
 //	hard state      promised chosen [flags]
-//	entry           slot ballot ncmds { cmd.ballot cmd.seq len data }*
-//	snapshot desc   slot size chunks crc32c(data):4
+//	entry           slot ballot ncmds { cmd.ballot cmd.seq len data }* [conf]
+//	snapshot desc   slot size chunks crc32c(data):4 [conf]
+//	conf            1 index nvoters { voter }* nlearners { learner }*
 //	snapshot chunk  the raw bytes of the chunk
 //
 // The hard state's flags (bit 0: HardState.Rebuilding) are written only when
 // not zero, so a hard state without flags has the same bytes as before flags
-// existed; a stored zero or an unknown bit is corrupt.
+// existed; a stored zero or an unknown bit is corrupt. Likewise an entry
+// or snapshot descriptor carries a membership (Value.Conf, Snapshot.Members)
+// only when it has one, after everything else, introduced by the marker 1:
+// values without one have the same bytes as before memberships existed, and
+// this code reads those. (An older build would refuse the new values as
+// corrupt, so a replica once upgraded must not be downgraded after the
+// first membership change.)
 //
 // A hand-rolled format rather than msgpack: it is the hot path of every Save
 // (BenchmarkPebbleEncodeEntry compares the two), the decoder is strict (exact
@@ -523,6 +537,74 @@ type pebbleSnapshotDesc struct {
 	size   uint64 // bytes of data
 	chunks uint64 // number of chunk keys
 	crc    uint32 // CRC-32C of the whole data
+	// members is the snapshot's membership, nil if none.
+	members *Membership
+}
+
+// pebbleConfMarker introduces an encoded membership.
+const pebbleConfMarker = 1
+
+// pebbleConfLen returns the encoded length of m (0 for nil).
+func pebbleConfLen(m *Membership) int {
+	if m == nil {
+		return 0
+	}
+	n := pebbleUvarintLen(pebbleConfMarker) + pebbleUvarintLen(uint64(m.Index)) +
+		pebbleUvarintLen(uint64(len(m.Voters))) + pebbleUvarintLen(uint64(len(m.Learners)))
+	for _, id := range m.Voters {
+		n += pebbleUvarintLen(uint64(id))
+	}
+	for _, id := range m.Learners {
+		n += pebbleUvarintLen(uint64(id))
+	}
+	return n
+}
+
+// pebbleEncodeConf appends the encoding of m (nothing for nil) to dst.
+func pebbleEncodeConf(dst []byte, m *Membership) []byte {
+	if m == nil {
+		return dst
+	}
+	dst = binary.AppendUvarint(dst, pebbleConfMarker)
+	dst = binary.AppendUvarint(dst, uint64(m.Index))
+	for _, list := range [][]ID{m.Voters, m.Learners} {
+		dst = binary.AppendUvarint(dst, uint64(len(list)))
+		for _, id := range list {
+			dst = binary.AppendUvarint(dst, uint64(id))
+		}
+	}
+	return dst
+}
+
+// conf decodes a membership if any bytes are left, else returns nil.
+func (r *pebbleReader) conf() *Membership {
+	if r.err != nil || len(r.b) == 0 {
+		return nil
+	}
+	if mark := r.uvarint("membership marker"); r.err == nil && mark != pebbleConfMarker {
+		r.fail("unknown membership marker %d", mark)
+	}
+	m := &Membership{Index: Slot(r.uvarint("membership index"))}
+	for _, list := range []*[]ID{&m.Voters, &m.Learners} {
+		k := r.uvarint("member count")
+		if k > MaxReplicas {
+			r.fail("%d members", k)
+		}
+		if r.err != nil {
+			return nil
+		}
+		for range k {
+			*list = append(*list, ID(r.uvarint("member ID")))
+		}
+	}
+	if r.err != nil {
+		return nil
+	}
+	if err := m.validate(); err != nil {
+		r.fail("membership: %v", err)
+		return nil
+	}
+	return m
 }
 
 func pebbleUvarintLen(x uint64) int {
@@ -667,7 +749,7 @@ func pebbleEntryLen(e *Entry) int {
 		n += pebbleUvarintLen(uint64(c.ID.Ballot)) + pebbleUvarintLen(c.ID.Seq) +
 			pebbleUvarintLen(uint64(len(c.Data))) + len(c.Data)
 	}
-	return n
+	return n + pebbleConfLen(e.Value.Conf)
 }
 
 // pebbleEncodeEntry appends the encoding of e (pebbleEntryLen(e) bytes) to
@@ -685,6 +767,7 @@ func pebbleEncodeEntry(dst []byte, e *Entry) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(c.Data)))
 		dst = append(dst, c.Data...)
 	}
+	dst = pebbleEncodeConf(dst, e.Value.Conf)
 	return pebbleSealEnd(dst, start)
 }
 
@@ -722,6 +805,7 @@ func pebbleDecodeEntryPayload(p []byte) (Entry, error) {
 			}
 		}
 	}
+	e.Value.Conf = r.conf()
 	if err := r.done(); err != nil {
 		return Entry{}, err
 	}
@@ -735,6 +819,7 @@ func pebbleEncodeSnapshotDesc(dst []byte, d pebbleSnapshotDesc) []byte {
 	dst = binary.AppendUvarint(dst, d.size)
 	dst = binary.AppendUvarint(dst, d.chunks)
 	dst = binary.BigEndian.AppendUint32(dst, d.crc)
+	dst = pebbleEncodeConf(dst, d.members)
 	return pebbleSealEnd(dst, start)
 }
 
@@ -756,6 +841,7 @@ func pebbleDecodeSnapshotDescPayload(p []byte) (pebbleSnapshotDesc, error) {
 	if crc := r.bytes(4, "checksum"); crc != nil {
 		d.crc = binary.BigEndian.Uint32(crc)
 	}
+	d.members = r.conf()
 	switch {
 	case r.err != nil:
 	case d.slot == 0:
