@@ -72,7 +72,7 @@ func (n *Node) onAccept(m Message) {
 			// (the Accepted's Commit), so that it can be promoted once
 			// caught up. It accepts nothing and grants nothing: the
 			// leader counts no learner's acknowledgement.
-			n.send(Message{Type: MsgAccepted, To: m.From, Ballot: m.Ballot, Tick: m.Tick})
+			n.send(Message{Type: MsgAccepted, To: m.From, Ballot: m.Ballot, Tick: m.Tick, Learner: true})
 		}
 		return
 	}

@@ -84,6 +84,11 @@ func (m Membership) members() []ID {
 	return append(slices.Clone(m.Voters), m.Learners...)
 }
 
+// Equal reports whether m and o are the same membership, Index included.
+func (m Membership) Equal(o Membership) bool {
+	return m.equal(o) && m.Index == o.Index
+}
+
 // equal reports whether m and o list the same replicas (Index aside).
 func (m Membership) equal(o Membership) bool {
 	return slices.Equal(m.Voters, o.Voters) && slices.Equal(m.Learners, o.Learners)

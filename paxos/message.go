@@ -137,6 +137,10 @@ type Message struct {
 	// (MsgPromise only): a candidate counts no promise from a replica that
 	// knows a later membership than its own (see "Membership").
 	ConfIndex Slot `msgpack:"g,omitempty"`
+	// Learner marks an Accepted from a learner: it reports only how far the
+	// sender knows the log chosen (Commit); it acknowledges no slot and
+	// grants no lease.
+	Learner bool `msgpack:"lr,omitempty"`
 }
 
 // String describes m on one stable line, for logs and golden tests.
@@ -186,6 +190,9 @@ func (m Message) String() string {
 	}
 	if m.ConfIndex != 0 {
 		fmt.Fprintf(&b, " conf=%d", m.ConfIndex)
+	}
+	if m.Learner {
+		b.WriteString(" learner")
 	}
 	return b.String()
 }
@@ -317,6 +324,9 @@ func (n *Node) check(m *Message) error {
 		}
 		return ours()
 	case MsgAccepted:
+		if m.Learner && len(m.Slots) > 0 {
+			return bad("a learner acknowledges %d slots", len(m.Slots))
+		}
 		return ours()
 	case MsgReject:
 		return ours()

@@ -434,10 +434,15 @@ func (n *Node) onAccepted(m Message) {
 	}
 	l := n.lead
 	idx := n.index(m.From)
+	l.peerChosen[idx] = max(l.peerChosen[idx], m.Commit)
+	if m.Learner || !n.conf.isVoter(m.From) {
+		// Progress only: a learner grants no lease and accepts nothing.
+		n.maybeLearn(m.From, m.Commit)
+		return
+	}
 	if until := m.Tick + n.effTTL; until > l.grantUntil[idx] {
 		l.grantUntil[idx] = until
 	}
-	l.peerChosen[idx] = max(l.peerChosen[idx], m.Commit)
 	if n.voteLive(m.Tick) {
 		for _, s := range m.Slots {
 			n.ackSlot(idx, s, m.Tick)
