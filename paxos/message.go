@@ -246,10 +246,11 @@ func (n *Node) check(m *Message) error {
 	}
 	if !n.conf.isMember(m.From) {
 		// A replica removed from the cell (or never added) is refused,
-		// except for a former member's step-down: a master removes itself
-		// by handing over, and the release and the successor's TimeoutNow
-		// may arrive after the receiver learned of the removal.
-		if n.index(m.From) < 0 || (m.Type != MsgRelease && m.Type != MsgTimeoutNow) {
+		// except for a former member's step-down (a master removes itself
+		// by handing over, and its Release and TimeoutNow may arrive after
+		// the receiver learned of the removal) and its request for chosen
+		// values (facts; that is how it learns of its removal).
+		if n.index(m.From) < 0 || (m.Type != MsgRelease && m.Type != MsgTimeoutNow && m.Type != MsgLearnReq) {
 			return bad("sender %d is not a member (%s)", m.From, n.conf)
 		}
 	}

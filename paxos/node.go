@@ -157,7 +157,7 @@ type Node struct {
 	peers []ID
 	// conf is the membership this replica knows chosen: the initial one,
 	// the snapshot's, or the last membership change at or below chosen.
-	conf Membership
+	conf   Membership
 	effTTL uint64
 	rng    splitmix64
 	err    error

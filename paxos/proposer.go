@@ -384,8 +384,10 @@ func (n *Node) flushAccepts() {
 // retransmission retx returns for that peer, and renews our own grant.
 func (n *Node) broadcastAccept(ents []Entry, retx func(idx int) []Entry) {
 	l := n.lead
+	// Every peer, former members too: an Accept's chosen index is how a
+	// removed replica that missed its removal learns it (and stops).
 	for i, p := range n.peers {
-		if i == n.self || !n.conf.isMember(p) {
+		if i == n.self {
 			continue
 		}
 		e := ents
