@@ -245,12 +245,24 @@ func (n *Node) check(m *Message) error {
 		return bad("sender %d is not a peer", m.From)
 	}
 	if !n.conf.isMember(m.From) {
-		// A replica removed from the cell (or never added) is refused,
-		// except for a former member's step-down (a master removes itself
-		// by handing over, and its Release and TimeoutNow may arrive after
-		// the receiver learned of the removal) and its request for chosen
-		// values (facts; that is how it learns of its removal).
-		if n.index(m.From) < 0 || (m.Type != MsgRelease && m.Type != MsgTimeoutNow && m.Type != MsgLearnReq) {
+		switch {
+		case n.index(m.From) < 0 && len(n.peers) >= MaxReplicas:
+			return bad("sender %d is unknown and this replica knows %d already", m.From, len(n.peers))
+		case !n.voting():
+			// A learner, a replica not (or no longer) a member, or one
+			// rebuilding only learns: it takes chosen values from any
+			// replica, including members added since the membership it
+			// knows (a new replica knows only the initial one).
+		case n.index(m.From) >= 0 && (m.Type == MsgRelease || m.Type == MsgTimeoutNow || m.Type == MsgLearnReq):
+			// A former member's step-down (a master removes itself by
+			// handing over, and its Release and TimeoutNow may arrive after
+			// the receiver learned of the removal) and its request for
+			// chosen values (facts; that is how it learns of its removal).
+		default:
+			// A voter refuses the rest from a replica outside the
+			// membership it knows: a removed replica must not disturb the
+			// cell. (If the sender was added since, this voter learns of
+			// it from the members it knows.)
 			return bad("sender %d is not a member (%s)", m.From, n.conf)
 		}
 	}

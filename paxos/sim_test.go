@@ -114,7 +114,7 @@ func paramsForSeed(seed int64) simParams {
 	p.amnesia = rng.IntN(2) == 0
 	p.amnesiaEvery = 4
 	if rng.IntN(3) == 0 {
-		p.spares, p.amnesia = 2, false
+		p.spares, p.amnesia = 3, false
 	}
 	return p
 }
@@ -129,6 +129,7 @@ const (
 	evRestart
 	evHeal
 	evConf
+	evConfOnce // one membership change attempt, not repeated
 )
 
 type simEvent struct {
@@ -271,7 +272,7 @@ func newSim(tb testing.TB, seed int64, p simParams) *sim {
 }
 
 // confGap is the time to the next membership change attempt.
-func (s *sim) confGap() int64 { return s.now + simTickMicros*int64(10+s.rng.IntN(40)) }
+func (s *sim) confGap() int64 { return s.now + simTickMicros*int64(20+s.rng.IntN(60)) }
 
 // changeMembership asks the leader (if any) for one membership change: it
 // promotes a learner, else adds a spare as a learner, removes a voter (the
@@ -290,7 +291,7 @@ func (s *sim) changeMembership() {
 			cc = ConfChange{Type: ConfPromote, ID: m.Learners[s.rng.IntN(len(m.Learners))]}
 		case k <= 1 && s.usedSpares < s.p.spares:
 			cc = ConfChange{Type: ConfAddLearner, ID: ID(s.p.replicas + s.usedSpares + 1)}
-		case k == 2 && len(m.Voters) > 3:
+		case k >= 2 && len(m.Voters) > 3:
 			cc = ConfChange{Type: ConfRemove, ID: m.Voters[s.rng.IntN(len(m.Voters))]}
 		default:
 			continue
@@ -563,6 +564,10 @@ func (s *sim) step() bool {
 			s.changeMembership()
 			s.push(&simEvent{at: s.confGap(), kind: evConf})
 		}
+	case evConfOnce:
+		if !s.healed {
+			s.changeMembership()
+		}
 	}
 	s.checkMasters()
 	return true
@@ -614,6 +619,10 @@ func (s *sim) fault() {
 	n := len(s.reps)
 	if s.p.amnesia && s.rng.IntN(s.p.amnesiaEvery) == 0 {
 		s.loseState()
+		return
+	}
+	if s.p.spares > 0 && s.rng.IntN(3) == 0 {
+		s.splitLeader()
 		return
 	}
 	switch k := s.rng.IntN(8); {
@@ -688,6 +697,30 @@ func (s *sim) fault() {
 				s.flush(i)
 			}
 		}
+	}
+}
+
+// splitLeader cuts the leader and one other replica off from the rest
+// and asks for membership changes at once and again soon: a master in a
+// minority proposing changes is where a membership used before it is
+// chosen would let a minority choose.
+func (s *sim) splitLeader() {
+	s.clearPartitions()
+	n := len(s.reps)
+	for i, r := range s.reps {
+		if !r.up || r.node.role != Leader {
+			continue
+		}
+		j := s.rng.IntN(n)
+		for a := 0; a < n; a++ {
+			for b := 0; b < n; b++ {
+				inA, inB := a == i || a == j, b == i || b == j
+				s.blocked[a][b] = inA != inB
+			}
+		}
+		s.push(&simEvent{at: s.now + 1, kind: evConfOnce})
+		s.push(&simEvent{at: s.now + simTickMicros, kind: evConfOnce})
+		return
 	}
 }
 
