@@ -83,6 +83,11 @@
 // either way; only the old replicas can still depose a live master, as
 // they always could, until they are upgraded.
 //
+// Membership changes add a value field (Value.Conf) and two message fields
+// (Message.ConfIndex, Message.Learner) that older replicas do not know: an
+// older replica would apply a membership change as an ordinary command and
+// ignore it. Upgrade every replica before the first membership change.
+//
 // Every vote a proposer collects (a promise, an accept's acknowledgement, a
 // lease grant) counts at the proposer only for a bounded time: while its own
 // tick count is below t + E, where t is its tick count when it sent the

@@ -266,7 +266,7 @@ func (n *Node) check(m *Message) error {
 			return bad("sender %d is not a member (%s)", m.From, n.conf)
 		}
 	}
-	if m.Commit > MaxSlot || m.Slot > MaxSlot || m.Compacted > MaxSlot {
+	if m.Commit > MaxSlot || m.Slot > MaxSlot || m.Compacted > MaxSlot || m.ConfIndex > MaxSlot {
 		return bad("slot number beyond %d", MaxSlot)
 	}
 	if len(m.Entries) > maxMsgEntries || len(m.Slots) > maxMsgEntries {

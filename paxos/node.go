@@ -129,7 +129,8 @@ type Status struct {
 	// Rebuild describes the rebuild in progress: while Rebuild.Phase is not
 	// RebuildNone this replica is a learner that votes in nothing.
 	Rebuild RebuildStatus
-	// Members is the membership this replica knows chosen.
+	// Members is the membership this replica knows chosen. Its slices are
+	// shared with the node: read them, never modify them.
 	Members Membership
 	// ConfPending is the slot of a membership change this leader proposed
 	// (or recovered) that is not yet known chosen; 0 if none.
@@ -547,7 +548,7 @@ func (n *Node) Status() Status {
 		Applied:   n.applied,
 		Compacted: n.compacted,
 		Ticks:     n.now,
-		Members:   n.conf.clone(),
+		Members:   n.conf,
 		Rebuild:   n.rebuildStatus(),
 		PreVote:   n.pre != nil,
 		Successor: n.successor,
