@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -299,5 +301,44 @@ func TestOutputs(t *testing.T) {
 	}
 	if !strings.Contains(text, "etcd&lt;&amp;&gt;") {
 		t.Error("system name not escaped in the SVG")
+	}
+}
+
+// selfCluster is a Cluster whose only server process is the test itself,
+// so that the CPU meter has a process to read.
+type selfCluster struct{}
+
+func (selfCluster) PIDs() []int                                       { return []int{os.Getpid()} }
+func (selfCluster) Leader(context.Context) (int, error)               { return 0, ErrUnsupported }
+func (selfCluster) Signal(context.Context, int, syscall.Signal) error { return ErrUnsupported }
+func (selfCluster) Restart(context.Context, int) error                { return ErrUnsupported }
+func (selfCluster) Healthy(context.Context) error                     { return nil }
+
+// procDriver is the in-memory driver with the test process as its server.
+type procDriver struct{ memDriver }
+
+func (d *procDriver) Cluster() Cluster { return selfCluster{} }
+
+// TestServerCPUPerOp: the lock workloads report the servers' CPU per
+// operation when the servers are processes, and say nothing when not.
+func TestServerCPUPerOp(t *testing.T) {
+	ctx := context.Background()
+	for _, w := range []Workload{Uncontended, Contended} {
+		cfg := Config{Workload: w, Clients: 4, Duration: 300 * time.Millisecond, Warmup: -1}
+		r, err := Run(ctx, &procDriver{}, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", w, err)
+		}
+		v, ok := r.Metrics[MetricCPUPerOp]
+		if !ok || v < 0 || r.Ops == 0 {
+			t.Errorf("%s with a server process: %s = %v (present %v) over %d ops", w, MetricCPUPerOp, v, ok, r.Ops)
+		}
+		r, err = Run(ctx, &memDriver{}, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", w, err)
+		}
+		if v, ok := r.Metrics[MetricCPUPerOp]; ok {
+			t.Errorf("%s without server processes reports %s = %v", w, MetricCPUPerOp, v)
+		}
 	}
 }

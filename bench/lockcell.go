@@ -346,19 +346,35 @@ func (c *lockcellClient) Close(ctx context.Context) error {
 	return err
 }
 
-type lockcellMutex struct{ m *client.Mutex }
+// lockcellMutex adapts a client.Mutex to the harness's Lock/Unlock: it
+// keeps the grant Lock returned and releases that grant on Unlock. One
+// worker uses it at a time.
+type lockcellMutex struct {
+	m *client.Mutex
+	l *client.Lock // the grant not yet released, nil if none
+}
 
 func (m *lockcellMutex) Lock(ctx context.Context) (uint64, error) {
-	if m.m.Held() != nil {
+	if m.l != nil {
 		// An earlier Unlock failed (its context ended, or the cell was
 		// failing over): give the grant back before taking a new one.
-		_ = m.m.Unlock(ctx)
+		_ = m.Unlock(ctx)
 	}
 	l, err := m.m.Lock(ctx)
 	if err != nil {
 		return 0, err
 	}
+	m.l = l
 	return l.Generation(), nil
 }
 
-func (m *lockcellMutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+func (m *lockcellMutex) Unlock(ctx context.Context) error {
+	if m.l == nil {
+		return fmt.Errorf("unlock %s: %w", m.m.Path(), client.ErrNotHeld)
+	}
+	err := m.l.Release(ctx)
+	if err == nil || errors.Is(err, client.ErrNotHeld) {
+		m.l = nil
+	}
+	return err
+}

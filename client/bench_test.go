@@ -16,10 +16,11 @@ func BenchmarkMutexLockUnlock(b *testing.B) {
 	m := client.NewMutex(s, "/t/bench")
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := m.Lock(ctx); err != nil {
+		l, err := m.Lock(ctx)
+		if err != nil {
 			b.Fatal(err)
 		}
-		if err := m.Unlock(ctx); err != nil {
+		if err := l.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -27,7 +27,7 @@ var (
 	// ErrHandleInvalid: the handle's node was deleted (or re-created); any
 	// lock held through it is gone.
 	ErrHandleInvalid = errors.New("client: handle invalid")
-	// ErrNotHeld: Release or Unlock of a lock this session does not hold (a
+	// ErrNotHeld: Release of a lock this session does not hold (a
 	// stale release frees nothing).
 	ErrNotHeld = errors.New("client: lock not held")
 	// ErrLocked: TryAcquire or TryLock found the lock held in a conflicting

@@ -93,14 +93,14 @@ func ExampleMutex() {
 	_, err = bm.TryLock(ctx)
 	fmt.Println("bob's TryLock:", err != nil && errorsIs(err, client.ErrLocked))
 
-	if err := client.NewMutex(alice, "/t/job").Unlock(ctx); err != nil {
-		fmt.Println("unlock through another Mutex value:", errorsIs(err, client.ErrNotHeld))
-	}
+	// The grant is released through the Lock itself; a second release of
+	// the same grant is stale and frees nothing.
 	if err := l.Release(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println("alice's lock context:", context.Cause(l.Context()))
+	fmt.Println("releasing the same grant again:", errorsIs(l.Release(ctx), client.ErrNotHeld))
 	lb, err := bm.TryLock(ctx)
 	if err != nil {
 		fmt.Println(err)
@@ -110,8 +110,8 @@ func ExampleMutex() {
 	// Output:
 	// alice holds /t/job exclusive
 	// bob's TryLock: true
-	// unlock through another Mutex value: true
 	// alice's lock context: client: lock released
+	// releasing the same grant again: true
 	// bob holds it at a newer generation: true
 }
 

@@ -36,21 +36,27 @@ func TestTryLockHeld(t *testing.T) {
 	if _, err := ma.TryLock(ctx); !errors.Is(err, api.ErrFailedPrecondition) {
 		t.Fatalf("TryLock by the holder: %v; want FailedPrecondition", err)
 	}
-	if err := ma.Unlock(ctx); err != nil {
+	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if context.Cause(la.Context()) != client.ErrReleased {
-		t.Fatalf("lock context cause after Unlock: %v", context.Cause(la.Context()))
+		t.Fatalf("lock context cause after Release: %v", context.Cause(la.Context()))
+	}
+	if ma.Held() != nil {
+		t.Fatal("Mutex.Held returns a released grant")
 	}
 	lb, err := mb.TryLock(ctx)
 	if err != nil {
-		t.Fatalf("TryLock after Unlock: %v", err)
+		t.Fatalf("TryLock after Release: %v", err)
 	}
 	if lb.Generation() <= la.Generation() {
 		t.Fatalf("generation %d after %d", lb.Generation(), la.Generation())
 	}
-	if err := ma.Unlock(ctx); !errors.Is(err, client.ErrNotHeld) {
-		t.Fatalf("Unlock of an unheld mutex: %v; want ErrNotHeld", err)
+	if err := la.Release(ctx); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("a second Release of a released grant: %v; want ErrNotHeld", err)
+	}
+	if lb.Err() != nil {
+		t.Fatalf("a stale Release of alice's old grant touched bob's: %v", lb.Err())
 	}
 }
 

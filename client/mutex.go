@@ -9,11 +9,13 @@ import (
 	"github.com/lockcell/lockcell/api"
 )
 
-// Mutex is an exclusive lock on one node, in the shape of sync.Mutex with
-// contexts: Lock waits, TryLock does not, Unlock releases. The node is
-// created (permanent, empty) if missing. The *Lock that Lock returns
-// carries the sequencer to hand to protected servers and a context
-// cancelled the moment the lock may be lost.
+// Mutex is an exclusive lock on one node: Lock waits, TryLock does not.
+// The node is created (permanent, empty) if missing. The *Lock that Lock
+// returns is the grant: it carries the sequencer to hand to protected
+// servers and a context cancelled the moment the lock may be lost, and its
+// Release gives the mutex back. There is no Mutex.Unlock: a release names
+// the grant it ends (its generation), so a late release of an old grant
+// can never free a newer one taken through the same Mutex.
 //
 // A Mutex belongs to one session and is safe for concurrent use; it holds
 // at most one grant at a time. Lock and TryLock on a Mutex that is already
@@ -96,20 +98,4 @@ func (m *Mutex) Held() *Lock {
 		return nil
 	}
 	return m.held
-}
-
-// Unlock releases the mutex. Unlocking a mutex that is not held returns an
-// error wrapping ErrNotHeld. A grant that may have been lost (Held returns
-// nil) is still released at the cell, in case the session kept it.
-func (m *Mutex) Unlock(ctx context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.held == nil {
-		return fmt.Errorf("unlock %s: %w", m.path, ErrNotHeld)
-	}
-	err := m.held.Release(ctx)
-	if err == nil || errors.Is(err, ErrNotHeld) {
-		m.held = nil
-	}
-	return err
 }

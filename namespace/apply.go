@@ -146,7 +146,7 @@ func (a *applier) createSession() (Reply, *api.Error, error) {
 	if err := a.adjust(a.c.Tenant, 0, 0, 1, 0); err != nil {
 		return nil, nil, err
 	}
-	return &SessionCreated{Session: sid}, nil, nil
+	return &SessionCreated{Session: sid, Owner: a.c}, nil, nil
 }
 
 func (a *applier) endSession(sid uint64, expired bool) (Reply, *api.Error, error) {

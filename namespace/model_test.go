@@ -277,7 +277,7 @@ func (m *model) createSession(cmd Command) (Reply, *api.Error) {
 	m.lastSess++
 	m.sessions[m.lastSess] = &mSession{tenant: cmd.Caller.Tenant, principal: cmd.Caller.Principal, created: cmd.Time}
 	t.usage.Sessions++
-	return &SessionCreated{Session: m.lastSess}, nil
+	return &SessionCreated{Session: m.lastSess, Owner: cmd.Caller}, nil
 }
 
 func (m *model) sortedPaths(f func(p string, n *mNode) bool) []string {

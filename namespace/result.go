@@ -30,6 +30,10 @@ type Reply interface{ isReply() }
 // SessionCreated replies to CreateSession.
 type SessionCreated struct {
 	Session uint64
+	// Owner is the principal the new session belongs to (the command's
+	// caller), so that whoever applies the command learns it from the
+	// result instead of decoding the command again.
+	Owner Caller
 }
 
 // SessionEnded replies to CloseSession and ExpireSession.

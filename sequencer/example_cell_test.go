@@ -49,7 +49,7 @@ func ExampleValidator() {
 	m := client.NewMutex(s, "/t/resource")
 	first, _ := m.Lock(ctx)
 	fmt.Println("write with the current grant:", write(first.Sequencer(), "v1"))
-	m.Unlock(ctx)
+	first.Release(ctx)
 	second, _ := m.Lock(ctx)
 	fmt.Println("write with the new grant:", write(second.Sequencer(), "v2"))
 	err = write(first.Sequencer(), "stale")

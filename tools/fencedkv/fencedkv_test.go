@@ -97,7 +97,7 @@ func TestMutexExclusion(t *testing.T) {
 				if err := kv.Put(ctx, "counter", []byte(fmt.Sprint(n+1)), l.Sequencer()); err != nil {
 					t.Errorf("write under a held lock rejected: %v", err)
 				}
-				if err := m.Unlock(ctx); err != nil {
+				if err := l.Release(ctx); err != nil {
 					t.Error(err)
 					return
 				}
@@ -173,7 +173,7 @@ func TestHTTP(t *testing.T) {
 	if code, _ := put("a", "one", &s1); code != http.StatusNoContent {
 		t.Fatalf("write with the current grant: %d", code)
 	}
-	if err := m.Unlock(ctx); err != nil {
+	if err := l1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	l2, err := m.Lock(ctx)
