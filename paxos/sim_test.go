@@ -279,7 +279,7 @@ func (s *sim) confGap() int64 { return s.now + simTickMicros*int64(20+s.rng.IntN
 // leader itself sometimes) or does nothing, at random. Refusals that the
 // protocol gives by design (a change pending, a learner not caught up, not
 // leader) are fine.
-func (s *sim) changeMembership() {
+func (s *sim) changeMembership(remove bool) {
 	for i, r := range s.reps {
 		if !r.up || r.node.role != Leader {
 			continue
@@ -287,6 +287,8 @@ func (s *sim) changeMembership() {
 		m := r.node.conf
 		var cc ConfChange
 		switch k := s.rng.IntN(4); {
+		case remove && len(m.Voters) > 3:
+			cc = ConfChange{Type: ConfRemove, ID: m.Voters[s.rng.IntN(len(m.Voters))]}
 		case len(m.Learners) > 0:
 			cc = ConfChange{Type: ConfPromote, ID: m.Learners[s.rng.IntN(len(m.Learners))]}
 		case k <= 1 && s.usedSpares < s.p.spares:
@@ -561,12 +563,12 @@ func (s *sim) step() bool {
 		s.heal()
 	case evConf:
 		if !s.healed {
-			s.changeMembership()
+			s.changeMembership(false)
 			s.push(&simEvent{at: s.confGap(), kind: evConf})
 		}
 	case evConfOnce:
 		if !s.healed {
-			s.changeMembership()
+			s.changeMembership(true)
 		}
 	}
 	s.checkMasters()
@@ -701,9 +703,9 @@ func (s *sim) fault() {
 }
 
 // splitLeader cuts the leader and one other replica off from the rest
-// and asks for membership changes at once and again soon: a master in a
-// minority proposing changes is where a membership used before it is
-// chosen would let a minority choose.
+// and asks it to remove voters at once and again soon: a master in a
+// minority shrinking the membership is where a membership used before it
+// is chosen would let a minority choose.
 func (s *sim) splitLeader() {
 	s.clearPartitions()
 	n := len(s.reps)
