@@ -236,9 +236,14 @@
 // promises, accepts, grants and campaigns no more. A master that removed
 // itself hands over when the removal is chosen: it stops being master,
 // releases its lease and sends TimeoutNow to the most advanced remaining
-// voter (as StepDown). Every member refuses messages from a replica that is
-// not a member (ErrInvalidMessage), except a former member's Release and
-// TimeoutNow, which only give up its own lease.
+// voter (as StepDown). A voter refuses messages from a replica outside the
+// membership it knows (ErrInvalidMessage), except a former member's Release
+// and TimeoutNow, which only give up its own lease, and its LearnReq:
+// chosen values are facts, and the master keeps sending Accepts to former
+// members, so a removed replica that missed its removal learns it and
+// stops. A replica that does not vote (a learner, a new or removed replica,
+// a rebuilding one) takes messages from any replica: it only learns, and a
+// new replica knows only the initial membership.
 //
 // # The caller's duties
 //
