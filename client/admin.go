@@ -12,7 +12,7 @@ import (
 // if there is no master).
 func (c *Client) Status(ctx context.Context) (*api.CellStatusResponse, error) {
 	var resp api.CellStatusResponse
-	if err := c.call(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: c.cfg.Token}, &resp, true); err != nil {
+	if err := c.call(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: c.cfg.Token}, &resp); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	return &resp, nil
@@ -29,7 +29,7 @@ func (c *Client) StatusOf(ctx context.Context, addr string) (*api.CellStatusResp
 // tenant in.
 func (c *Client) CreateTenant(ctx context.Context, name string, quota api.TenantQuota, acl api.ACLNames) (api.TenantInfo, error) {
 	var resp api.TenantResponse
-	if err := c.call(ctx, api.MethodCreateTenant, &api.TenantRequest{Header: c.hdr(), Name: name, Quota: quota, ACL: acl}, &resp, false); err != nil {
+	if err := c.call(ctx, api.MethodCreateTenant, &api.TenantRequest{Header: c.hdr(), Name: name, Quota: quota, ACL: acl}, &resp); err != nil {
 		return api.TenantInfo{}, fmt.Errorf("create tenant %s: %w", name, err)
 	}
 	return resp.Tenant, nil
@@ -38,7 +38,7 @@ func (c *Client) CreateTenant(ctx context.Context, name string, quota api.Tenant
 // UpdateTenant replaces a tenant's quota (cell administrator only).
 func (c *Client) UpdateTenant(ctx context.Context, name string, quota api.TenantQuota) (api.TenantInfo, error) {
 	var resp api.TenantResponse
-	if err := c.call(ctx, api.MethodUpdateTenant, &api.TenantRequest{Header: c.hdr(), Name: name, Quota: quota}, &resp, true); err != nil {
+	if err := c.call(ctx, api.MethodUpdateTenant, &api.TenantRequest{Header: c.hdr(), Name: name, Quota: quota}, &resp); err != nil {
 		return api.TenantInfo{}, fmt.Errorf("update tenant %s: %w", name, err)
 	}
 	return resp.Tenant, nil
@@ -47,7 +47,7 @@ func (c *Client) UpdateTenant(ctx context.Context, name string, quota api.Tenant
 // ListTenants lists the tenants (cell administrator only).
 func (c *Client) ListTenants(ctx context.Context) ([]api.TenantInfo, error) {
 	var resp api.ListTenantsResponse
-	if err := c.call(ctx, api.MethodListTenants, &api.ListRequest{Header: c.hdr()}, &resp, true); err != nil {
+	if err := c.call(ctx, api.MethodListTenants, &api.ListRequest{Header: c.hdr()}, &resp); err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
 	return resp.Tenants, nil
@@ -56,7 +56,7 @@ func (c *Client) ListTenants(ctx context.Context) ([]api.TenantInfo, error) {
 // ListSessions lists the open sessions of tenant ("" for the caller's own).
 func (c *Client) ListSessions(ctx context.Context, tenant string) ([]api.SessionInfo, error) {
 	var resp api.ListSessionsResponse
-	if err := c.call(ctx, api.MethodListSessions, &api.ListRequest{Header: c.hdr(), Tenant: tenant}, &resp, true); err != nil {
+	if err := c.call(ctx, api.MethodListSessions, &api.ListRequest{Header: c.hdr(), Tenant: tenant}, &resp); err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	return resp.Sessions, nil
@@ -65,7 +65,7 @@ func (c *Client) ListSessions(ctx context.Context, tenant string) ([]api.Session
 // ListLocks lists the held locks of tenant ("" for the caller's own).
 func (c *Client) ListLocks(ctx context.Context, tenant string) ([]api.LockInfo, error) {
 	var resp api.ListLocksResponse
-	if err := c.call(ctx, api.MethodListLocks, &api.ListRequest{Header: c.hdr(), Tenant: tenant}, &resp, true); err != nil {
+	if err := c.call(ctx, api.MethodListLocks, &api.ListRequest{Header: c.hdr(), Tenant: tenant}, &resp); err != nil {
 		return nil, fmt.Errorf("list locks: %w", err)
 	}
 	return resp.Locks, nil
@@ -80,9 +80,10 @@ func (c *Client) hdr() api.Header { return api.Header{Token: c.cfg.Token} }
 // RevokeToken.
 func (c *Client) IssueToken(ctx context.Context, tenant, principal string) (token string, info api.TokenInfo, err error) {
 	var resp api.IssueTokenResponse
-	// Not idempotent: a lost reply leaves a token nobody knows, which the
-	// administrator may revoke (ListTokens shows it).
-	if err := c.call(ctx, api.MethodIssueToken, &api.IssueTokenRequest{Header: c.hdr(), Tenant: tenant, Principal: principal}, &resp, false); err != nil {
+	// Not idempotent (the api method table): a lost reply leaves a token
+	// nobody knows, which the administrator may revoke (ListTokens shows
+	// it).
+	if err := c.call(ctx, api.MethodIssueToken, &api.IssueTokenRequest{Header: c.hdr(), Tenant: tenant, Principal: principal}, &resp); err != nil {
 		return "", api.TokenInfo{}, fmt.Errorf("issue token for %s/%s: %w", tenant, principal, err)
 	}
 	return resp.Token, resp.Info, nil
@@ -92,7 +93,7 @@ func (c *Client) IssueToken(ctx context.Context, tenant, principal string) (toke
 // every call with it fails from then on, and its sessions are expired.
 func (c *Client) RevokeToken(ctx context.Context, tenant, id string) (api.TokenInfo, error) {
 	var resp api.IssueTokenResponse
-	if err := c.call(ctx, api.MethodRevokeToken, &api.RevokeTokenRequest{Header: c.hdr(), Tenant: tenant, ID: id}, &resp, false); err != nil {
+	if err := c.call(ctx, api.MethodRevokeToken, &api.RevokeTokenRequest{Header: c.hdr(), Tenant: tenant, ID: id}, &resp); err != nil {
 		return api.TokenInfo{}, fmt.Errorf("revoke token %s of %s: %w", id, tenant, err)
 	}
 	return resp.Info, nil
@@ -102,7 +103,7 @@ func (c *Client) RevokeToken(ctx context.Context, tenant, id string) (api.TokenI
 // administrator only).
 func (c *Client) ListTokens(ctx context.Context, tenant string) ([]api.TokenInfo, error) {
 	var resp api.ListTokensResponse
-	if err := c.call(ctx, api.MethodListTokens, &api.ListRequest{Header: c.hdr(), Tenant: tenant}, &resp, true); err != nil {
+	if err := c.call(ctx, api.MethodListTokens, &api.ListRequest{Header: c.hdr(), Tenant: tenant}, &resp); err != nil {
 		return nil, fmt.Errorf("list tokens of %s: %w", tenant, err)
 	}
 	return resp.Tokens, nil
@@ -119,7 +120,7 @@ func (s *Session) CheckSequencer(ctx context.Context, seq sequencer.Sequencer) (
 	var resp api.CheckSequencerResponse
 	err = s.call(ctx, api.MethodCheckSequencer, func(h api.Header) any {
 		return &api.CheckSequencerRequest{Header: h, Sequencer: b}
-	}, &resp, true)
+	}, &resp)
 	if err != nil {
 		return false, "", fmt.Errorf("check sequencer: %w", err)
 	}

@@ -25,7 +25,7 @@ func (c *Client) StepDown(ctx context.Context, next uint64) error {
 // does not say).
 func (c *Client) HandOver(ctx context.Context, next uint64) (uint64, error) {
 	var resp api.StepDownResponse
-	if err := c.call(ctx, api.MethodStepDown, &api.StepDownRequest{Header: c.hdr(), Next: next}, &resp, false); err != nil {
+	if err := c.call(ctx, api.MethodStepDown, &api.StepDownRequest{Header: c.hdr(), Next: next}, &resp); err != nil {
 		return 0, fmt.Errorf("step down: %w", err)
 	}
 	return resp.Successor, nil
