@@ -90,6 +90,10 @@ type waiter struct {
 	// closed is set once the batch is answered or ended: no entry may
 	// join it any more (Batch.Join).
 	closed bool
+	// early is set when an entry was superseded: the batch is answered at
+	// once, so that the superseded entry's proof of lease (a client's
+	// quickest) is not held back until the cadence.
+	early bool
 }
 
 // slot is one entry of a parked batch.
