@@ -97,7 +97,7 @@ func newMetrics(r *Replica) *metrics {
 	f(m.tenantQueued)
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lockcell", Name: "sessions", Help: "Live sessions known to this master."}, func() float64 {
 		if ms := r.master.Load(); ms != nil {
-			return float64(ms.sessions.Stats().Sessions)
+			return float64(ms.sessions.Sessions())
 		}
 		return 0
 	}))

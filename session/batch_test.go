@@ -77,7 +77,7 @@ func TestKeepAliveBatchCadence(t *testing.T) {
 		sleep(time.Second)
 		start := monotime.Now()
 		ch := goBatch(t.Context(), m, ids...)
-		if st := m.Stats(); st.Parked != n || st.KeepAlives != n {
+		if st := m.Stats(); st.Parked != n || st.KeepAlives != n || st.Sessions != n || m.Sessions() != n {
 			t.Fatalf("after arrival: %+v, want %d parked and counted", st, n)
 		}
 		sleep(cadence - 1)

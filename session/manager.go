@@ -392,7 +392,16 @@ func (m *Manager) NextDeadline(now monotime.Time) (at monotime.Time, ok bool) {
 	return m.mu.leases.next(now)
 }
 
-// Stats returns a snapshot of the counters. It walks every session.
+// Sessions returns the number of sessions known, including expiring ones
+// (Stats.Sessions), without walking them: for callers that ask often.
+func (m *Manager) Sessions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.mu.sessions)
+}
+
+// Stats returns a snapshot of the counters. It walks every session: a
+// caller that asks often and needs only the count uses Sessions.
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
