@@ -73,6 +73,28 @@ func (c *InProcCell) Signal(ctx context.Context, member int, sig syscall.Signal)
 	return nil
 }
 
+// HandOver asks member, the master, to step down and waits until another
+// replica is master.
+func (c *InProcCell) HandOver(ctx context.Context, member int) error {
+	r := c.LC.Replica(uint64(member))
+	if r == nil {
+		return fmt.Errorf("bench: replica %d is not running", member)
+	}
+	if err := r.StepDown(ctx, 0); err != nil {
+		return err
+	}
+	for {
+		if m := c.LC.Master(); m != nil && m.ID() != uint64(member) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: no master other than replica %d after its step-down: %w", member, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // Restart starts member again.
 func (c *InProcCell) Restart(ctx context.Context, member int) error {
 	return c.LC.Start(ctx, uint64(member))
@@ -115,9 +137,11 @@ type ProcCellConfig struct {
 // loopback, set up as an operator would (`lockcelld init`, then one serve
 // per replica config) by internal/proccell. It is the lockcell driver's
 // Cluster: PIDs for CPU and memory, /status on each replica's HTTP
-// listener for the master, signals for fail-over.
+// listener for the master, signals for fail-over; and a Pauser,
+// Partitioner (with fault injection) and HandOverer.
 type ProcCell struct {
-	*proccell.Cell
+	// Cell runs the processes.
+	Cell *proccell.Cell
 }
 
 const procReplicas = 5
@@ -139,7 +163,7 @@ func StartProcCell(ctx context.Context, cfg ProcCellConfig) (*ProcCell, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	p := &ProcCell{Cell: c}
-	if err := p.Healthy(hctx); err != nil {
+	if err := c.Healthy(hctx); err != nil {
 		c.KillAll()
 		return nil, err
 	}
@@ -148,21 +172,21 @@ func StartProcCell(ctx context.Context, cfg ProcCellConfig) (*ProcCell, error) {
 
 // Target returns how to reach the cell.
 func (p *ProcCell) Target() (LockcellTarget, error) {
-	admin, err := p.Issue(cell.AdminTenant, cell.DefaultAdminPrincipal)
+	admin, err := p.Cell.Issue(cell.AdminTenant, cell.DefaultAdminPrincipal)
 	if err != nil {
 		return LockcellTarget{}, err
 	}
-	pool, err := p.CAPool()
+	pool, err := p.Cell.CAPool()
 	if err != nil {
 		return LockcellTarget{}, err
 	}
-	return LockcellTarget{Addrs: p.Addrs(), CA: pool, Issue: p.Issue, Admin: admin, Cluster: p}, nil
+	return LockcellTarget{Addrs: p.Cell.Addrs(), CA: pool, Issue: p.Cell.Issue, Admin: admin, Cluster: p}, nil
 }
 
 // Leader returns the replica that serves as master, waiting for one until
 // ctx ends.
 func (p *ProcCell) Leader(ctx context.Context) (int, error) {
-	id, err := p.WaitMaster(ctx)
+	id, err := p.Cell.WaitMaster(ctx)
 	return int(id), err
 }
 
@@ -170,12 +194,68 @@ func (p *ProcCell) Leader(ctx context.Context) (int, error) {
 func (p *ProcCell) Signal(ctx context.Context, member int, sig syscall.Signal) error {
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return p.Stop(sctx, uint64(member), sig)
+	return p.Cell.Stop(sctx, uint64(member), sig)
 }
 
 // Restart starts a stopped replica on its data.
 func (p *ProcCell) Restart(ctx context.Context, member int) error {
-	return p.StartReplica(uint64(member))
+	return p.Cell.StartReplica(uint64(member))
+}
+
+// PIDs returns the running replicas' process ids.
+func (p *ProcCell) PIDs() []int { return p.Cell.PIDs() }
+
+// Healthy waits until all five replicas run and answer /status and one of
+// them is master.
+func (p *ProcCell) Healthy(ctx context.Context) error { return p.Cell.Healthy(ctx) }
+
+// Pause stops replica member (SIGSTOP to its process group).
+func (p *ProcCell) Pause(ctx context.Context, member int) error { return p.Cell.Pause(uint64(member)) }
+
+// Resume continues replica member.
+func (p *ProcCell) Resume(ctx context.Context, member int) error {
+	return p.Cell.Resume(uint64(member))
+}
+
+// Partition cuts the replicas in side off from the others through every
+// replica's /debug/faults. Without fault injection it fails with
+// ErrUnsupported.
+func (p *ProcCell) Partition(ctx context.Context, side []int) error {
+	if err := p.Cell.FaultsAvailable(ctx, 1); err != nil {
+		return fmt.Errorf("%w: n/a: the cell runs without fault injection (--lockcell-fault-injection): %w", ErrUnsupported, err)
+	}
+	ids := make([]uint64, len(side))
+	for i, m := range side {
+		ids[i] = uint64(m)
+	}
+	return p.Cell.Partition(ctx, ids)
+}
+
+// Heal removes every fault rule.
+func (p *ProcCell) Heal(ctx context.Context) error { return p.Cell.HealAll(ctx) }
+
+// HandOver asks the master, member, to step down (the StepDown RPC, as
+// `lockctl cell stepdown` sends it) and waits until another replica
+// serves as master.
+func (p *ProcCell) HandOver(ctx context.Context, member int) error {
+	admin, err := p.Cell.AdminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if err := admin.StepDown(ctx, 0); err != nil {
+		return err
+	}
+	for {
+		if m, err := p.Cell.FindMaster(ctx); err == nil && m != uint64(member) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: no master other than replica %d after its step-down: %w", member, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // StopAll stops every replica: SIGTERM, then SIGKILL after 5 s.

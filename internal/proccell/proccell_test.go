@@ -74,6 +74,7 @@ func waitNewMaster(t *testing.T, ctx context.Context, c *Cell, old uint64) uint6
 }
 
 func TestKillMasterNewMaster(t *testing.T) {
+	lockcelld(t) // built before the test's time starts
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startCell(t, ctx)
@@ -124,6 +125,7 @@ func TestKillMasterNewMaster(t *testing.T) {
 }
 
 func TestPauseResumeMaster(t *testing.T) {
+	lockcelld(t) // built before the test's time starts
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startCell(t, ctx)
@@ -166,6 +168,7 @@ func TestPauseResumeMaster(t *testing.T) {
 }
 
 func TestPartitionMinorityWithMaster(t *testing.T) {
+	lockcelld(t) // built before the test's time starts
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startCell(t, ctx)
@@ -190,6 +193,7 @@ func TestPartitionMinorityWithMaster(t *testing.T) {
 }
 
 func TestStopAndRestartKnobs(t *testing.T) {
+	lockcelld(t) // built before the test's time starts
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startCell(t, ctx)
