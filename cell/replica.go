@@ -374,7 +374,7 @@ func (r *Replica) Status() Status {
 		KeepAliveFrames: r.kaFrames.Load(),
 	}
 	if m != nil {
-		out.Sessions = m.sessions.Stats().Sessions
+		out.Sessions = m.sessions.Sessions()
 		out.LockWaiters = m.locks.count()
 	}
 	return out
