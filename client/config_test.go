@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // TestConfigFileMatchesCell: the file cell.StartLocal writes loads with
@@ -56,7 +57,7 @@ func TestConfigFileMatchesCell(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ac.Close()
-	if _, err := ac.ListTenants(ctx); err != nil {
+	if _, err := operator.New(ac).ListTenants(ctx); err != nil {
 		t.Fatalf("the file's administrator certificate: %v", err)
 	}
 	// Same JSON field names in both types.

@@ -18,6 +18,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // devProcsStopGrace is how long the replicas get to stop after SIGTERM
@@ -168,7 +169,7 @@ func createTenant(ctx context.Context, admin client.Config, tenant string) error
 				return err
 			}
 			defer c.Close()
-			_, err = c.CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
+			_, err = operator.New(c).CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
 			return err
 		}()
 		if err == nil || errors.Is(err, api.ErrAlreadyExists) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // withSession runs fn with a session, bounded by --timeout.
@@ -227,7 +228,7 @@ func lsRoot(e *env) int {
 		return e.fail("ls", err)
 	}
 	defer c.Close()
-	ts, err := c.ListTenants(ctx)
+	ts, err := operator.New(c).ListTenants(ctx)
 	if err != nil {
 		return e.fail("ls", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/certs"
 	"github.com/lockcell/lockcell/transport"
 )
@@ -612,7 +613,7 @@ func (c *Cluster) setupTenant(ctx context.Context) error {
 	}
 	defer admin.Close()
 	for {
-		_, err := admin.CreateTenant(sctx, Tenant, api.TenantQuota{}, api.ACLNames{})
+		_, err := operator.New(admin).CreateTenant(sctx, Tenant, api.TenantQuota{}, api.ACLNames{})
 		if err == nil || errors.Is(err, api.ErrAlreadyExists) {
 			return nil
 		}
