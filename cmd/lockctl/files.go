@@ -94,11 +94,11 @@ func cmdPut(e *env, args []string) int {
 	return e.withSession("put", func(s *client.Session) error {
 		ctx, cancel := e.bounded()
 		defer cancel()
-		h, resp, err := s.OpenStat(ctx, resolve(s, fs.Arg(0)), client.OpenOptions{Create: true, Ephemeral: *ephemeral, Contents: data})
+		h, info, err := s.OpenStat(ctx, resolve(s, fs.Arg(0)), client.OpenOptions{Create: true, Ephemeral: *ephemeral, Contents: data})
 		if err != nil {
 			return err
 		}
-		if resp.Created {
+		if info.Created {
 			return nil
 		}
 		_, err = h.SetContents(ctx, data)
