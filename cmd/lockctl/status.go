@@ -43,7 +43,7 @@ it has one and no token was given).`)
 	if err != nil {
 		return e.fail("status", err)
 	}
-	admin := f.AdminCert != "" && e.token == ""
+	admin := f.Admin.Cert != "" && e.token == ""
 	cfg, err := f.Config(admin || e.admin)
 	if err != nil {
 		return e.fail("status", err)

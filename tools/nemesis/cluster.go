@@ -25,6 +25,7 @@ import (
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/clientfile"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -596,10 +597,10 @@ func (c *Cluster) setupTenant(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(certDir, "worker-key.pem"), keyPEM, 0o600); err != nil {
 		return err
 	}
-	cf := client.ConfigFile{Cell: c.Name, Addrs: c.Addrs(), CA: "certs/ca.pem", Cert: "certs/worker.pem", Key: "certs/worker-key.pem"}
-	b, _ := json.MarshalIndent(cf, "", "  ")
+	cf := clientfile.File{Cell: c.Name, Addrs: c.Addrs(), CA: "certs/ca.pem",
+		User: clientfile.Credential{Cert: "certs/worker.pem", Key: "certs/worker-key.pem"}}
 	c.ClientFile = filepath.Join(c.cellDir, "worker-client.json")
-	if err := os.WriteFile(c.ClientFile, b, 0o600); err != nil {
+	if err := os.WriteFile(c.ClientFile, cf.Marshal(), 0o600); err != nil {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
