@@ -46,6 +46,7 @@ const (
 	MethodListTokens
 	MethodSaveSnapshot
 	MethodKeepAliveStream
+	MethodKeepAliveBatch
 
 	numMethods // keep last
 )
@@ -78,6 +79,7 @@ var methodNames = [...]string{
 	MethodListTokens:         "ListTokens",
 	MethodSaveSnapshot:       "SaveSnapshot",
 	MethodKeepAliveStream:    "KeepAliveStream",
+	MethodKeepAliveBatch:     "KeepAliveBatch",
 }
 
 // String returns the method's name, for example "Acquire".
@@ -208,6 +210,36 @@ type KeepAliveStreamReply struct {
 	Call      uint64             `msgpack:"c"`
 	KeepAlive *KeepAliveResponse `msgpack:"k,omitempty"`
 	Err       *Error             `msgpack:"err,omitempty"`
+}
+
+// KeepAliveBatchRequest carries the KeepAlives of many sessions in one
+// frame of a connection's KeepAlive stream (see KeepAliveStreamRequest):
+// a client opens the stream with a frame tagged MethodKeepAliveBatch and
+// goes on writing such frames. The master serves each entry as it serves
+// a KeepAliveStreamRequest (its own authentication, admission, lease and
+// events), parks the batch as one long-poll, and answers it with one frame
+// tagged ReplyOK whose body is a KeepAliveBatchReply, normally carrying
+// every entry's reply: at the cadence, or early when any of the sessions
+// has events to deliver (then every entry's lease is renewed too). An
+// entry's failure is its own reply's Err. A malformed frame ends the
+// stream with a ReplyError frame.
+//
+// A replica that predates the method answers the first frame with a
+// ReplyError of code InvalidArgument, "unknown method ..." (or, to a
+// client without a certificate, Unauthenticated); a client then sends
+// per-session KeepAliveStreamRequests on a stream of their own.
+type KeepAliveBatchRequest struct {
+	// KeepAlives are the entries, each numbered by its Call (unique on the
+	// stream).
+	KeepAlives []KeepAliveStreamRequest `msgpack:"k"`
+}
+
+// KeepAliveBatchReply answers entries of KeepAliveBatchRequests, each
+// reply naming its entry's Call. The master answers a whole batch in one
+// reply, but a client must accept the replies of a batch spread over
+// several frames.
+type KeepAliveBatchReply struct {
+	Replies []KeepAliveStreamReply `msgpack:"r"`
 }
 
 // KeepAliveResponse extends the session's lease and carries pending events.

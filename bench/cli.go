@@ -32,9 +32,11 @@ type DriverFactory struct {
 
 // LockcellFactory is the lockcell DriverFactory. Flags: --lockcell-cell
 // (proc: five `lockcelld serve` processes; inproc: cell.StartLocal in this
-// process), --lockcelld (the binary), --lockcell-dir, --lockcell-log-level.
+// process), --lockcelld (the binary), --lockcell-dir, --lockcell-log-level,
+// --lockcell-fault-injection (on by itself when failover-partition runs).
 func LockcellFactory() DriverFactory {
 	var mode, bin, dir, level string
+	var faults bool
 	return DriverFactory{
 		Name: "lockcell",
 		Flags: func(fs *flag.FlagSet) {
@@ -42,6 +44,7 @@ func LockcellFactory() DriverFactory {
 			fs.StringVar(&bin, "lockcelld", "bin/lockcelld", "lockcelld binary for --lockcell-cell=proc (make build)")
 			fs.StringVar(&dir, "lockcell-dir", filepath.Join(os.TempDir(), "lockcell-bench", "cell"), "directory for the cell (emptied first)")
 			fs.StringVar(&level, "lockcell-log-level", "warn", "replica log level (logs in the cell directory)")
+			fs.BoolVar(&faults, FaultInjectionFlag, false, "serve /debug/faults on the replicas (failover-partition needs it, and turns it on unless this flag is given)")
 		},
 		Open: func(ctx context.Context, log *slog.Logger) (Driver, func(), error) {
 			var (
@@ -53,11 +56,11 @@ func LockcellFactory() DriverFactory {
 				if _, err := os.Stat(bin); err != nil {
 					return nil, func() {}, fmt.Errorf("%w: lockcelld binary %q: %w (run make build, or pass --lockcelld)", ErrInvalidConfig, bin, err)
 				}
-				pc, err := StartProcCell(ctx, ProcCellConfig{Binary: bin, Dir: dir, LogLevel: level})
+				pc, err := StartProcCell(ctx, ProcCellConfig{Binary: bin, Dir: dir, LogLevel: level, FaultInjection: faults})
 				if err != nil {
 					return nil, func() {}, err
 				}
-				stop = pc.Stop
+				stop = pc.StopAll
 				if target, err = pc.Target(); err != nil {
 					return nil, stop, err
 				}
@@ -84,6 +87,21 @@ func LockcellFactory() DriverFactory {
 			return d, func() { _ = d.Close(); stop() }, nil
 		},
 	}
+}
+
+// FaultInjectionFlag is the lockcell flag that turns fault injection on
+// in a cell of processes.
+const FaultInjectionFlag = "lockcell-fault-injection"
+
+// faultsNote marks the lockcell results of a run whose cell had fault
+// injection on: each replica's socket is then wrapped (for client-traffic
+// cuts), which hides the UDP socket's batch and offload paths from QUIC.
+const faultsNote = "cell ran with fault injection on (socket wrapper; measure throughput without failover-partition)"
+
+// faultsOn reports whether the lockcell fault-injection flag is set.
+func faultsOn(fs *flag.FlagSet) bool {
+	f := fs.Lookup(FaultInjectionFlag)
+	return f != nil && f.Value.String() == "true"
 }
 
 // Machine describes this machine for the results: "2-core x86_64 (CPU
@@ -126,7 +144,8 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 	quietClients := fs.Int("quiet-clients", 4, "noisy: clients of the quiet tenant")
 	quietRate := fs.Float64("quiet-rate", 100, "noisy: acquire+release pairs per second of the quiet tenant")
 	foClients := fs.Int("failover-clients", 8, "clients looping during fail-over")
-	foDuration := fs.Duration("failover-duration", 15*time.Second, "measured time of a fail-over run (the leader stops a third of the way in)")
+	foDuration := fs.Duration("failover-duration", 15*time.Second, "measured time of a fail-over run (the leader stops a third of the way in; failover-rolling: the time before and after the restarts)")
+	pauseFor := fs.Duration("pause", DefaultPauseFor, "failover-pause: how long the master stays stopped")
 	hold := fs.Duration("hold", 0, "contended: how long each holder keeps the lock")
 	opTimeout := fs.Duration("op-timeout", 15*time.Second, "bound on each operation")
 	maxTime := fs.Duration("max-time", 20*time.Minute, "bound on the whole command")
@@ -196,7 +215,8 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 		return usage(fmt.Errorf("%w: --max-time %v", ErrInvalidConfig, *maxTime))
 	}
 	base := Config{Duration: *duration, Warmup: *warmup, Seed: *seed, Sessions: *sessions, Files: *files,
-		WriteFraction: *writeFrac, QuietClients: *quietClients, QuietRate: *quietRate, OpTimeout: *opTimeout, Hold: *hold}
+		WriteFraction: *writeFrac, QuietClients: *quietClients, QuietRate: *quietRate, OpTimeout: *opTimeout, Hold: *hold,
+		PauseFor: *pauseFor}
 	if *warmup == 0 {
 		base.Warmup = -1
 	}
@@ -210,6 +230,16 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 		c.Workload, c.Clients = w, counts[0]
 		if _, err := c.populate(); err != nil {
 			return usage(err)
+		}
+	}
+
+	// A partition needs the replicas' fault injection; turn it on unless
+	// the flag was given.
+	if slices.Contains(wls, FailoverPartition) && fs.Lookup(FaultInjectionFlag) != nil {
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == FaultInjectionFlag })
+		if !given {
+			_ = fs.Set(FaultInjectionFlag, "true")
 		}
 	}
 
@@ -252,13 +282,13 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 			switch w {
 			case Sessions:
 				ns = []int{*sessions}
-			case FailoverKill, FailoverStepDown:
+			case FailoverKill, FailoverStepDown, FailoverPause, FailoverPartition, FailoverRolling:
 				ns = []int{*foClients}
 			}
 			for _, n := range ns {
 				c := base
 				c.Workload, c.Clients, c.Live = w, n, live
-				if w == FailoverKill || w == FailoverStepDown {
+				if slices.Contains(FailoverWorkloads, w) {
 					c.Duration = *foDuration
 				}
 				log.Info("run", "system", f.Name, "workload", w, "clients", n)
@@ -273,6 +303,9 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 					if r.Note == "" {
 						r.Note = "error: " + truncate(err.Error(), 200)
 					}
+				}
+				if faultsOn(fs) && f.Name == "lockcell" && w != FailoverPartition && r.Skipped == "" {
+					r.Note = strings.TrimPrefix(r.Note+"; "+faultsNote, "; ")
 				}
 				results = append(results, r)
 				if err := WriteJSONLine(jsonW, r); err != nil {

@@ -16,6 +16,20 @@
 //   - failover-kill and failover-stepdown: clients loop while the master is
 //     killed (SIGKILL) or asked to hand over (SIGTERM); time to the next
 //     successful acquire, the longest gap, sessions lost;
+//   - failover-pause: the master is stopped (SIGSTOP) for twice lockcell's
+//     master lease, then continued (SIGCONT);
+//   - failover-partition: a minority of two members holding the master is
+//     cut off from the other three for the middle third of the run
+//     (lockcell through its replicas' /debug/faults; n/a for systems the
+//     harness cannot partition on loopback);
+//   - failover-rolling: every member is restarted in turn (SIGTERM, start,
+//     wait until healthy), the master last after a hand-over (lockcell's
+//     StepDown RPC); the outage of each restart and the master changes
+//     seen by polling the members (lockcell: their /status);
+//
+// Every fail-over reports each client's outage — the longest gap between
+// its successful lock cycles that overlaps the disruption — as p50, p99
+// and max over the clients, with the errors and the sessions lost.
 //   - noisy: one tenant floods while another runs a paced workload; the
 //     quiet tenant's latency alone and under the flood.
 //

@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/lockcell/lockcell/internal/proccell"
 )
 
 // TestSmokeInProcessCell runs the workloads briefly against a five-replica
@@ -51,5 +54,65 @@ func TestSmokeInProcessCell(t *testing.T) {
 	t.Logf("fail-over: next acquire %.0f ms after the kill, longest gap %.0f ms", rec, r.Metrics[MetricLongestGap])
 	if err := ic.Healthy(ctx); err != nil {
 		t.Fatalf("cell not restored after the fail-over: %v", err)
+	}
+	r, err = Run(ctx, d, Config{Workload: FailoverRolling, Clients: 4, Duration: 3 * time.Second, Warmup: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFailover(t, r)
+	if r.Metrics[MetricRestarts] != 5 || r.Metrics[MetricMasterChanges] < 1 {
+		t.Fatalf("rolling restart: %v restarts, %v master changes", r.Metrics[MetricRestarts], r.Metrics[MetricMasterChanges])
+	}
+}
+
+// checkFailover requires a fail-over run to have measured every client's
+// outage and lost no session.
+func checkFailover(t *testing.T, r Result) {
+	t.Helper()
+	if r.Skipped != "" || r.Ops == 0 || r.Metrics[MetricSessionsLost] != 0 {
+		t.Fatalf("%s: skipped %q, %d ops, %v sessions lost", r.Workload, r.Skipped, r.Ops, r.Metrics[MetricSessionsLost])
+	}
+	for _, k := range []string{MetricOutageP50, MetricOutageP99, MetricOutageMax, MetricRecovery} {
+		if v, ok := r.Metrics[k]; !ok || v <= 0 {
+			t.Fatalf("%s: %s = %v (present %v)", r.Workload, k, v, ok)
+		}
+	}
+	t.Logf("%s: outage p50 %.0f ms, max %.0f ms; %d errors; %v master changes", r.Workload,
+		r.Metrics[MetricOutageP50], r.Metrics[MetricOutageMax], r.Errors, r.Metrics[MetricMasterChanges])
+}
+
+// TestSmokeProcessCell runs the fail-overs that need server processes
+// (pause, partition) briefly against a cell of lockcelld processes with
+// fault injection.
+func TestSmokeProcessCell(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds lockcelld and starts a cell of processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := proccell.BuildLockcelld(ctx, t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := StartProcCell(ctx, ProcCellConfig{Binary: bin, Dir: filepath.Join(t.TempDir(), "cell"), FaultInjection: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.StopAll()
+	target, err := pc.Target()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewLockcellDriver(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, w := range []Workload{FailoverPause, FailoverPartition} {
+		r, err := Run(ctx, d, Config{Workload: w, Clients: 4, Duration: 6 * time.Second, Warmup: -1})
+		if err != nil {
+			t.Fatalf("%s: %v", w, err)
+		}
+		checkFailover(t, r)
 	}
 }

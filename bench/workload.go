@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -28,11 +26,25 @@ const (
 	Sessions         Workload = "sessions"
 	FailoverKill     Workload = "failover-kill"
 	FailoverStepDown Workload = "failover-stepdown"
-	Noisy            Workload = "noisy"
+	// FailoverPause SIGSTOPs the master for Config.PauseFor, then
+	// continues it.
+	FailoverPause Workload = "failover-pause"
+	// FailoverPartition cuts a minority holding the master off from the
+	// rest for the middle third of the run.
+	FailoverPartition Workload = "failover-partition"
+	// FailoverRolling restarts every member in turn, the master last
+	// (handed over first where the system can).
+	FailoverRolling Workload = "failover-rolling"
+	Noisy           Workload = "noisy"
 )
 
+// FailoverWorkloads are the workloads that disrupt the cluster while
+// Config.Clients loop on lock cycles.
+var FailoverWorkloads = []Workload{FailoverStepDown, FailoverKill, FailoverPause, FailoverPartition, FailoverRolling}
+
 // AllWorkloads lists every workload in the order Main runs them.
-var AllWorkloads = []Workload{Uncontended, Contended, ReadHeavy, ReadHeavyCache, Noisy, Sessions, FailoverStepDown, FailoverKill}
+var AllWorkloads = []Workload{Uncontended, Contended, ReadHeavy, ReadHeavyCache, Noisy, Sessions,
+	FailoverStepDown, FailoverKill, FailoverPause, FailoverPartition, FailoverRolling}
 
 // ParseWorkload returns the workload named s.
 func ParseWorkload(s string) (Workload, error) {
@@ -92,6 +104,9 @@ type Config struct {
 	Hold time.Duration
 	// OpTimeout bounds each operation. If zero, 15 s.
 	OpTimeout time.Duration
+	// PauseFor is how long failover-pause keeps the master stopped. If
+	// zero, DefaultPauseFor (twice lockcell's master lease).
+	PauseFor time.Duration
 	// Live, if set, receives progress counters for a progress line.
 	Live *Live
 }
@@ -131,6 +146,9 @@ func (c Config) populate() (Config, error) {
 	if c.OpTimeout == 0 {
 		c.OpTimeout = 15 * time.Second
 	}
+	if c.PauseFor == 0 {
+		c.PauseFor = DefaultPauseFor
+	}
 	switch {
 	case c.Clients < 1 || c.Clients > MaxClients:
 		return bad("clients %d outside [1, %d]", c.Clients, MaxClients)
@@ -152,6 +170,8 @@ func (c Config) populate() (Config, error) {
 		return bad("negative op timeout")
 	case c.Hold < 0 || c.Hold > time.Minute:
 		return bad("hold %v outside [0, 1m]", c.Hold)
+	case c.PauseFor < 0 || c.PauseFor > time.Minute:
+		return bad("pause %v outside (0, 1m]", c.PauseFor)
 	}
 	if _, err := ParseWorkload(string(c.Workload)); err != nil {
 		return c, err
@@ -188,19 +208,30 @@ type Result struct {
 
 // Metric names in Result.Metrics.
 const (
-	MetricOverlaps          = "overlaps"
-	MetricStaleTokens       = "stale_tokens"
-	MetricWriteP99          = "write_p99_ms"
-	MetricCPUPerSessionSec  = "server_cpu_ms_per_session_s"
-	MetricCPUNetPerSession  = "server_cpu_net_ms_per_session_s"
-	MetricIdleCPU           = "server_idle_cpu_ms_per_s"
-	MetricRSS               = "server_rss_mb"
-	MetricRSSPerSession     = "server_rss_kb_per_session"
-	MetricSessionsHeld      = "sessions_held"
-	MetricSessionsLost      = "sessions_lost"
-	MetricRecovery          = "recovery_ms"
-	MetricLongestGap        = "longest_gap_ms"
-	MetricLeader            = "leader"
+	MetricOverlaps         = "overlaps"
+	MetricStaleTokens      = "stale_tokens"
+	MetricWriteP99         = "write_p99_ms"
+	MetricCPUPerSessionSec = "server_cpu_ms_per_session_s"
+	MetricCPUNetPerSession = "server_cpu_net_ms_per_session_s"
+	MetricIdleCPU          = "server_idle_cpu_ms_per_s"
+	MetricRSS              = "server_rss_mb"
+	MetricRSSPerSession    = "server_rss_kb_per_session"
+	MetricSessionsHeld     = "sessions_held"
+	MetricSessionsLost     = "sessions_lost"
+	MetricRecovery         = "recovery_ms"
+	MetricLongestGap       = "longest_gap_ms"
+	MetricLeader           = "leader"
+	// Per-client outage: for each client, the longest gap between its
+	// successful lock cycles that overlaps the disruption; p50, p99 and
+	// max over the clients.
+	MetricOutageP50 = "outage_p50_ms"
+	MetricOutageP99 = "outage_p99_ms"
+	MetricOutageMax = "outage_max_ms"
+	// MetricMasterChanges counts the changes of leader seen by polling
+	// the cluster (lockcell: the replicas' /status) during the run.
+	MetricMasterChanges = "master_changes"
+	// MetricRestarts counts the members failover-rolling restarted.
+	MetricRestarts          = "restarts"
 	MetricQuietAloneP50     = "quiet_alone_p50_ms"
 	MetricQuietAloneP99     = "quiet_alone_p99_ms"
 	MetricQuietFloodP50     = "quiet_flood_p50_ms"
@@ -272,7 +303,7 @@ func Run(ctx context.Context, d Driver, cfg Config) (Result, error) {
 		err = runReadHeavy(ctx, d, cfg, &r)
 	case Sessions:
 		err = runSessions(ctx, d, cfg, &r)
-	case FailoverKill, FailoverStepDown:
+	case FailoverKill, FailoverStepDown, FailoverPause, FailoverPartition, FailoverRolling:
 		err = runFailover(ctx, d, cfg, &r)
 	case Noisy:
 		err = runNoisy(ctx, d, cfg, &r)
@@ -683,125 +714,6 @@ func (m *cpuMeter) report(r *Result) {
 
 func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
 func round4(v float64) float64 { return float64(int64(v*10000+0.5)) / 10000 }
-
-// acquireMark is one successful acquire in a fail-over run.
-type acquireMark struct{ start, end time.Time }
-
-func runFailover(ctx context.Context, d Driver, cfg Config, r *Result) error {
-	cl := d.Cluster()
-	if cl == nil {
-		return fmt.Errorf("%w: no cluster to fail over", ErrUnsupported)
-	}
-	sig := syscall.SIGKILL
-	if cfg.Workload == FailoverStepDown {
-		sig = syscall.SIGTERM
-	}
-	hctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err := cl.Healthy(hctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("bench: cluster not healthy before fail-over: %w", err)
-	}
-	cs, err := connect(ctx, d, cfg.Clients, ClientOptions{Tenant: "bench"})
-	if err != nil {
-		return err
-	}
-	defer closeAll(cs)
-	mus := make([]Mutex, len(cs))
-	for i, c := range cs {
-		mus[i] = c.Mutex(fmt.Sprintf("fo%d", i))
-	}
-	marks := make([][]acquireMark, len(cs))
-	phase(cfg, d, cfg.Workload)
-	win := newWindow(cfg)
-	var (
-		killAt   time.Time
-		leader   int
-		killErr  error
-		killDone = make(chan struct{})
-	)
-	go func() {
-		defer close(killDone)
-		// Kill a third of the way into the measured window.
-		pause(ctx, time.Until(win.start.Add(cfg.Duration/3)))
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		leader, killErr = cl.Leader(lctx)
-		if killErr != nil {
-			return
-		}
-		// A crash counts from when the process is gone (Signal returns
-		// then); a hand-over from when it was asked for.
-		killAt = time.Now()
-		killErr = cl.Signal(lctx, leader, sig)
-		if sig == syscall.SIGKILL {
-			killAt = time.Now()
-		}
-	}()
-	ws := loop(ctx, cfg, len(cs), win, func(ctx context.Context, w *worker) error {
-		t0 := time.Now()
-		if _, err := mus[w.id].Lock(ctx); err != nil {
-			return err
-		}
-		marks[w.id] = append(marks[w.id], acquireMark{t0, time.Now()})
-		return mus[w.id].Unlock(ctx)
-	})
-	<-killDone
-	finish(r, ws, win, "acquire+release/s")
-	lost := 0
-	for _, c := range cs {
-		if c.Lost() {
-			lost++
-		}
-	}
-	r.Metrics[MetricSessionsLost] = float64(lost)
-	if killErr != nil {
-		return fmt.Errorf("bench: stopping the leader: %w", killErr)
-	}
-	r.Metrics[MetricLeader] = float64(leader)
-	rec, gap, ok := recovery(marks, killAt, win)
-	if ok {
-		r.Metrics[MetricRecovery] = ms(rec)
-	} else {
-		r.Note = "no acquire succeeded after the leader stopped"
-	}
-	r.Metrics[MetricLongestGap] = ms(gap)
-	// Bring the member back for the next workload.
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := cl.Restart(rctx, leader); err != nil {
-		return fmt.Errorf("bench: restarting member %d: %w", leader, err)
-	}
-	if err := cl.Healthy(rctx); err != nil {
-		return fmt.Errorf("bench: cluster not healthy after fail-over: %w", err)
-	}
-	return nil
-}
-
-// recovery returns the time from killAt to the first acquire that began
-// after it and succeeded, and the longest interval in win without a
-// successful acquire (counting from win.start and up to win.end).
-func recovery(marks [][]acquireMark, killAt time.Time, win window) (rec, gap time.Duration, ok bool) {
-	var ends []time.Time
-	for _, mk := range marks {
-		for _, m := range mk {
-			if !m.start.Before(killAt) && (!ok || m.end.Sub(killAt) < rec) {
-				rec, ok = m.end.Sub(killAt), true
-			}
-			if win.contains(m.end) {
-				ends = append(ends, m.end)
-			}
-		}
-	}
-	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
-	prev := win.start
-	for _, t := range ends {
-		gap = max(gap, t.Sub(prev))
-		prev = t
-	}
-	gap = max(gap, win.end.Sub(prev))
-	return rec, gap, ok
-}
 
 func runNoisy(ctx context.Context, d Driver, cfg Config, r *Result) error {
 	quiet, err := connect(ctx, d, cfg.QuietClients, ClientOptions{Tenant: "quiet"})

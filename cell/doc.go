@@ -40,8 +40,11 @@
 // commands share slots: group commit); reads are served from the applied
 // state under the master lease. The master role (master.go) holds what
 // lives only in the master's memory: session leases and KeepAlive
-// long-polls (package session), the FIFO queues of blocked Acquire calls,
-// event subscriptions, and which sessions cache which nodes. A new master
+// long-polls (package session), session owners and token bindings
+// (owners.go), the FIFO queues of blocked Acquire calls (lockqueue.go),
+// event subscriptions (events.go), and which sessions cache which nodes
+// (cachereg.go); each of those is its own type, tested without a replica,
+// and master.go only composes them. A new master
 // rebuilds sessions from the applied state and extends their leases
 // (Chubby §2.9); clients re-establish handles on their next call, since
 // handles are self-describing.

@@ -89,3 +89,75 @@ func TestKeepAliveStream(t *testing.T) {
 		t.Fatalf("after the error frame: %v, want EOF", err)
 	}
 }
+
+// TestKeepAliveBatchFrames: one batch frame carries the KeepAlives of two
+// sessions and of another principal's session; the reply frame answers
+// every entry by its Call, the refused one with its own error, and the
+// stream carries on, also with a per-session frame; the replica counts one
+// frame per batch.
+func TestKeepAliveBatchFrames(t *testing.T) {
+	lc := startCell(t, 3, nil)
+	ctx := testCtx(t, 30*time.Second)
+	a := newTestClient(t, lc, "t", "alice")
+	a.createSession(ctx)
+	a2 := newTestClient(t, lc, "t", "alice")
+	a2.createSession(ctx)
+	b := newTestClient(t, lc, "t", "bob")
+	b.createSession(ctx)
+
+	s, err := a.conn.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	master, err := lc.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := master.Status().KeepAliveFrames
+	req := &api.KeepAliveBatchRequest{KeepAlives: []api.KeepAliveStreamRequest{
+		{Call: 1, KeepAlive: api.KeepAliveRequest{Header: a.header()}},
+		{Call: 2, KeepAlive: api.KeepAliveRequest{Header: a2.header()}},
+		{Call: 3, KeepAlive: api.KeepAliveRequest{Header: b.header()}}, // bob's session
+	}}
+	if err := s.WriteFrame(ctx, uint16(api.MethodKeepAliveBatch), req); err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.ReadFrame(ctx)
+	if err != nil || f.Tag != api.ReplyOK {
+		t.Fatalf("batch reply: %v tag %#x", err, f.Tag)
+	}
+	var r api.KeepAliveBatchReply
+	if err := f.Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]api.KeepAliveStreamReply{}
+	for _, e := range r.Replies {
+		got[e.Call] = e
+	}
+	if len(got) != 3 {
+		t.Fatalf("batch reply answers %d entries, want 3: %+v", len(got), r)
+	}
+	for _, call := range []uint64{1, 2} {
+		if e := got[call]; e.Err != nil || e.KeepAlive == nil || e.KeepAlive.LeaseTimeout <= 0 || e.KeepAlive.Epoch == 0 {
+			t.Fatalf("call %d: %+v", call, e)
+		}
+	}
+	if e := got[3]; e.KeepAlive != nil || !errors.Is(e.Err, api.ErrPermissionDenied) {
+		t.Fatalf("another principal's session: %+v, want PermissionDenied", e)
+	}
+	if n := master.Status().KeepAliveFrames - before; n != 1 {
+		t.Fatalf("the master counted %d KeepAlive frames for one batch", n)
+	}
+	// A per-session frame on the same stream is answered as such.
+	if err := s.WriteFrame(ctx, uint16(api.MethodKeepAliveStream), &api.KeepAliveStreamRequest{Call: 4, KeepAlive: api.KeepAliveRequest{Header: a.header()}}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = s.ReadFrame(ctx); err != nil || f.Tag != api.ReplyOK {
+		t.Fatalf("per-session reply: %v tag %#x", err, f.Tag)
+	}
+	var one api.KeepAliveStreamReply
+	if err := f.Decode(&one); err != nil || one.Call != 4 || one.KeepAlive == nil {
+		t.Fatalf("per-session reply on a batch stream: %+v %v", one, err)
+	}
+}

@@ -64,6 +64,9 @@ type Replica struct {
 	leaseDeadline atomic.Int64
 	// master is the master role while this replica leads; nil otherwise.
 	master atomic.Pointer[master]
+	// kaFrames counts the KeepAlive request frames served on KeepAlive
+	// streams (a batch frame counts once): Status.KeepAliveFrames.
+	kaFrames atomic.Uint64
 	// successor is the replica this one handed mastership to, while it
 	// knows no leader since (paxos Status.Successor): NotMaster names it.
 	successor atomic.Uint64
@@ -352,6 +355,11 @@ type Status struct {
 	// that has not returned for many checks in a row (watchdog.go): the
 	// replica learns and applies nothing until the step returns.
 	LoopStuck bool
+	// KeepAliveFrames counts the KeepAlive request frames this replica
+	// has served on KeepAlive streams since it started: one per batch
+	// (api.KeepAliveBatchRequest), however many sessions it carries, and
+	// one per per-session KeepAlive.
+	KeepAliveFrames uint64
 }
 
 // Status returns the replica's current status.
@@ -371,10 +379,12 @@ func (r *Replica) Status() Status {
 		Role:      r.role(st),
 		Rebuild:   r.rebuild.Load(),
 		LoopStuck: r.watch.stuck.Load(),
+
+		KeepAliveFrames: r.kaFrames.Load(),
 	}
 	if m != nil {
 		out.Sessions = m.sessions.Stats().Sessions
-		out.LockWaiters = m.waiterCount()
+		out.LockWaiters = m.locks.count()
 	}
 	return out
 }

@@ -91,7 +91,7 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 		return // the transport already reset a bad stream
 	}
 	method := api.Method(f.Tag)
-	if method == api.MethodKeepAliveStream {
+	if method == api.MethodKeepAliveStream || method == api.MethodKeepAliveBatch {
 		r.serveKeepAliveStream(ctx, s, f)
 		return
 	}

@@ -3,7 +3,6 @@ package cell
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
@@ -23,15 +22,8 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 	}
 	path := req.Handle.Path
 	if !req.Wait {
-		if m.queued(path) {
-			// Waiters are served in order; a try never overtakes them.
-			return nil, apiErr(api.Locked, "the lock is held and others are waiting for it")
-		}
-		g, err := c.acquireOnce(ctx, &namespace.Acquire{Session: req.Session, Path: path, Mode: req.Mode})
+		g, err := m.locks.try(ctx, c.caller, req.Session, path, req.Mode)
 		if err != nil {
-			if errors.Is(err, api.ErrLocked) {
-				m.subs.conflict(path)
-			}
 			return nil, err
 		}
 		return c.r.sequencerResponse(g)
@@ -42,73 +34,11 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 		return nil, err
 	}
 	defer m.lim.removeWaiter(c.caller.Tenant)
-	w := &lockWaiter{caller: c.caller, session: req.Session, mode: req.Mode, result: make(chan waitResult, 1), gone: make(chan struct{})}
-	m.enqueue(path, w)
-	select {
-	case out := <-w.result:
-		if out.err != nil {
-			return nil, out.err
-		}
-		return c.r.sequencerResponse(out.granted)
-	case <-ctx.Done():
-		close(w.gone)
-		m.cancelWaiter(path, w)
-		// A grant that raced with the cancellation is released by the
-		// master (see headOutcome); one already delivered is ours to give
-		// back here.
-		select {
-		case out := <-w.result:
-			if out.granted != nil {
-				c.r.proposeAsync(c.caller, &namespace.Release{Session: req.Session, Path: path, Generation: out.granted.Generation}, func(namespace.Result, error) {})
-			}
-		default:
-		}
-		return nil, ctxError(ctx)
-	case <-m.ctx.Done():
-		return nil, c.r.notMaster()
+	g, err := m.locks.wait(ctx, c.caller, req.Session, path, req.Mode)
+	if err != nil {
+		return nil, err
 	}
-}
-
-// acquireOnce proposes op and returns its grant. If ctx ends while the
-// Acquire is in Paxos, a grant that arrives afterwards is released, so a
-// canceled Acquire never leaves its session holding a lock it does not know
-// of.
-func (c *rpcCall) acquireOnce(ctx context.Context, op *namespace.Acquire) (*namespace.Granted, error) {
-	type outcome struct {
-		g   *namespace.Granted
-		err error
-	}
-	ch := make(chan outcome, 1)
-	gone := make(chan struct{})
-	release := func(g *namespace.Granted) {
-		c.r.proposeAsync(c.caller, &namespace.Release{Session: op.Session, Path: op.Path, Generation: g.Generation}, func(namespace.Result, error) {})
-	}
-	c.m.sched.proposeAsync(c.caller, op, false, func(res namespace.Result, err error) {
-		reply, err := result(res, err)
-		g, _ := reply.(*namespace.Granted)
-		select {
-		case <-gone:
-			if g != nil {
-				go release(g)
-			}
-		default:
-			ch <- outcome{g, err}
-		}
-	})
-	select {
-	case o := <-ch:
-		return o.g, o.err
-	case <-ctx.Done():
-		close(gone)
-		select {
-		case o := <-ch: // delivered just before we gave up
-			if o.g != nil {
-				release(o.g)
-			}
-		default:
-		}
-		return nil, ctxError(ctx)
-	}
+	return c.r.sequencerResponse(g)
 }
 
 // sequencerResponse builds the signed sequencer of a grant.

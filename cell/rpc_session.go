@@ -52,10 +52,7 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 	if err != nil {
 		return nil, c.r.sessionError(err)
 	}
-	// Held and LeaseTimeout are both measured on the session manager's
-	// clock, from the request's arrival at the manager.
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(reply.Held), Epoch: reply.Epoch, Events: reply.Events,
-		Cadence: int64(reply.Cadence)}, nil
+	return keepAliveResponse(reply), nil
 }
 
 func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRequest) (any, error) {

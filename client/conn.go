@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -77,6 +78,9 @@ type Client struct {
 	kas struct {
 		lock chan struct{}
 		cur  *kaStream
+		// legacy is the connection whose replica does not know KeepAlive
+		// batches (see kaStream).
+		legacy atomic.Pointer[transport.ClientConn]
 	}
 }
 

@@ -51,6 +51,12 @@ type fakeMaster struct {
 	// CellStatus lists.
 	peer atomic.Value
 
+	// noBatch makes it answer MethodKeepAliveBatch as a replica that
+	// predates it does ("unknown method"); batches counts the batch
+	// frames it served.
+	noBatch atomic.Bool
+	batches atomic.Int64
+
 	// Test goroutine only.
 	stash []*pending
 	seq   uint64
@@ -129,8 +135,17 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 			return nil
 		}
 	}
-	if api.Method(f.Tag) == api.MethodKeepAliveStream {
+	switch api.Method(f.Tag) {
+	case api.MethodKeepAliveStream:
 		m.serveKeepAliveStream(ctx, s, f, park)
+		return
+	case api.MethodKeepAliveBatch:
+		if !m.noBatch.Load() {
+			m.serveKeepAliveStream(ctx, s, f, park)
+			return
+		}
+		m.refused.Add(1)
+		_ = s.WriteFrame(ctx, api.ReplyError, &api.Error{Code: api.InvalidArgument, Msg: "unknown method method(28)"})
 		return
 	}
 	var resp any
@@ -200,25 +215,23 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 }
 
 // serveKeepAliveStream serves a KeepAlive stream: every KeepAlive on it
-// goes to the test (kas) like one on a stream of its own, and its reply
-// goes back on the stream, numbered.
+// (a frame of its own, or an entry of a batch frame) goes to the test
+// (kas) like one on a stream of its own, and its reply goes back on the
+// stream, numbered, in a frame of its own (a batch's entries each in a
+// batch reply of one, when the test answers it).
 func (m *fakeMaster) serveKeepAliveStream(ctx context.Context, s *transport.ServerStream, f transport.Frame,
 	park func(*pending, chan *pending) any) {
 	var wmu sync.Mutex
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for {
-		var req api.KeepAliveStreamRequest
-		if err := f.Decode(&req); err != nil {
-			return
-		}
+	serve := func(req api.KeepAliveStreamRequest, batch bool) {
 		p := &pending{ka: req.KeepAlive, reply: make(chan any, 1)}
 		wg.Go(func() {
 			r := park(p, m.kas)
 			if r == nil {
 				return
 			}
-			reply := &api.KeepAliveStreamReply{Call: req.Call}
+			reply := api.KeepAliveStreamReply{Call: req.Call}
 			if e, ok := r.(*api.Error); ok {
 				reply.Err = e
 			} else {
@@ -226,8 +239,31 @@ func (m *fakeMaster) serveKeepAliveStream(ctx context.Context, s *transport.Serv
 			}
 			wmu.Lock()
 			defer wmu.Unlock()
-			_ = s.WriteFrame(ctx, api.ReplyOK, reply)
+			if batch {
+				_ = s.WriteFrame(ctx, api.ReplyOK, &api.KeepAliveBatchReply{Replies: []api.KeepAliveStreamReply{reply}})
+			} else {
+				_ = s.WriteFrame(ctx, api.ReplyOK, &reply)
+			}
 		})
+	}
+	for {
+		switch api.Method(f.Tag) {
+		case api.MethodKeepAliveBatch:
+			var req api.KeepAliveBatchRequest
+			if err := f.Decode(&req); err != nil {
+				return
+			}
+			m.batches.Add(1)
+			for _, q := range req.KeepAlives {
+				serve(q, true)
+			}
+		default:
+			var req api.KeepAliveStreamRequest
+			if err := f.Decode(&req); err != nil {
+				return
+			}
+			serve(req, false)
+		}
 		var err error
 		if f, err = s.ReadFrame(ctx); err != nil {
 			return

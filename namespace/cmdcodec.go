@@ -10,6 +10,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/wire"
 )
 
 // A hand-written codec for the command encoding.
@@ -26,8 +27,16 @@ import (
 // checks it against the library on random commands), so the format, the
 // command log and the fuzz corpus are unchanged.
 //
+// Each struct's fields are described once, in the tables below (opCodecs,
+// aclFields, and the envelope and caller keys): the key, whether msgpack's
+// omitempty leaves the field out when it is zero, and an accessor that
+// returns a pointer to the field, whose type is the field's kind. Encoding,
+// decoding and the buffer size estimate are all driven by those tables.
+//
 // The reader is only as strict as it needs to be: DecodeCommand re-encodes
-// what it read and accepts the input only if it is exactly that encoding.
+// what it read and accepts the input only if it is exactly that encoding,
+// by internal/wire's one canonical rule (wire.Canonical). The reader's
+// errors are *wire.Error values naming the field and its byte offset.
 
 // msgpack type codes used by the command encoding.
 const (
@@ -133,31 +142,244 @@ func mpMap(b []byte, n int) []byte {
 	return binary.BigEndian.AppendUint32(append(b, mpMap32), uint32(n))
 }
 
-// mpKey writes a one-letter-ish field name (all ours are fixstr).
+// mpKey writes a field key (all ours are fixstr).
 func mpKey(b []byte, k string) []byte { return append(append(b, mpFixStr|byte(len(k))), k...) }
 
-func count(conds ...bool) int {
+// field describes one field of a struct that the command encoding writes
+// as a msgpack map: its key, whether it is left out when zero (msgpack's
+// omitempty), and at, which returns a pointer to the field in v (a pointer
+// to the struct).
+// The pointer's type is the field's kind: *uint64, *int64, *string,
+// *[]byte, *bool, *api.LockMode, *api.ACLNames, **api.ACLNames (left out
+// when nil) or *api.TenantQuota. Fields are listed in declaration order,
+// which is the order msgpack writes them and the only order DecodeCommand
+// accepts.
+type field struct {
+	key  string
+	omit bool
+	at   func(v any) any
+}
+
+// opCodec describes an operation type: a constructor and its fields.
+type opCodec struct {
+	new    func() Op
+	fields []field
+}
+
+// The envelope (wireCommand) and caller keys. The envelope is written from
+// a Command passed by value, so it is spelled out in appendCommand and
+// readCommand rather than walked through accessors, which would move the
+// Command to the heap; its keys are still spelled only here.
+const (
+	keyVersion   = "v"
+	keyKind      = "k"
+	keyTime      = "t"
+	keyCaller    = "c"
+	keyOp        = "o"
+	keyPrincipal = "p"
+	keyTenant    = "t"
+)
+
+// aclFields describes api.ACLNames.
+var aclFields = []field{
+	{"r", true, func(a any) any { return &a.(*api.ACLNames).Read }},
+	{"w", true, func(a any) any { return &a.(*api.ACLNames).Write }},
+	{"a", true, func(a any) any { return &a.(*api.ACLNames).ChangeACL }},
+}
+
+// opCodecs describes every operation type, by kind. It is the one place
+// that names an operation's fields in the encoding (command.go's msgpack
+// tags are the library's view of the same format, which
+// TestCommandTablesMatchStructTags and TestCommandCodecMatchesMsgpack hold
+// equal).
+var opCodecs = [numKinds]opCodec{
+	KindCreateSession: {func() Op { return &CreateSession{} }, nil},
+	KindCloseSession: {func() Op { return &CloseSession{} }, []field{
+		{"s", false, func(o any) any { return &o.(*CloseSession).Session }},
+	}},
+	KindExpireSession: {func() Op { return &ExpireSession{} }, []field{
+		{"s", false, func(o any) any { return &o.(*ExpireSession).Session }},
+	}},
+	KindOpen: {func() Op { return &OpenNode{} }, []field{
+		{"s", true, func(o any) any { return &o.(*OpenNode).Session }},
+		{"p", false, func(o any) any { return &o.(*OpenNode).Path }},
+		{"c", true, func(o any) any { return &o.(*OpenNode).Create }},
+		{"x", true, func(o any) any { return &o.(*OpenNode).Exclusive }},
+		{"d", true, func(o any) any { return &o.(*OpenNode).Dir }},
+		{"e", true, func(o any) any { return &o.(*OpenNode).Ephemeral }},
+		{"b", true, func(o any) any { return &o.(*OpenNode).Contents }},
+		{"a", true, func(o any) any { return &o.(*OpenNode).ACL }},
+		{"l", true, func(o any) any { return &o.(*OpenNode).LockDelay }},
+	}},
+	KindSetContents: {func() Op { return &SetContents{} }, []field{
+		{"s", true, func(o any) any { return &o.(*SetContents).Session }},
+		{"p", false, func(o any) any { return &o.(*SetContents).Path }},
+		{"b", true, func(o any) any { return &o.(*SetContents).Contents }},
+		{"g", true, func(o any) any { return &o.(*SetContents).IfGeneration }},
+	}},
+	KindDelete: {func() Op { return &Delete{} }, []field{
+		{"s", true, func(o any) any { return &o.(*Delete).Session }},
+		{"p", false, func(o any) any { return &o.(*Delete).Path }},
+		{"i", true, func(o any) any { return &o.(*Delete).IfInstance }},
+	}},
+	KindSetACL: {func() Op { return &SetACL{} }, []field{
+		{"s", true, func(o any) any { return &o.(*SetACL).Session }},
+		{"p", false, func(o any) any { return &o.(*SetACL).Path }},
+		{"a", false, func(o any) any { return &o.(*SetACL).ACL }},
+		{"g", true, func(o any) any { return &o.(*SetACL).IfGeneration }},
+	}},
+	KindAcquire: {func() Op { return &Acquire{} }, []field{
+		{"s", false, func(o any) any { return &o.(*Acquire).Session }},
+		{"p", false, func(o any) any { return &o.(*Acquire).Path }},
+		{"m", false, func(o any) any { return &o.(*Acquire).Mode }},
+	}},
+	KindRelease: {func() Op { return &Release{} }, []field{
+		{"s", false, func(o any) any { return &o.(*Release).Session }},
+		{"p", false, func(o any) any { return &o.(*Release).Path }},
+		{"g", false, func(o any) any { return &o.(*Release).Generation }},
+	}},
+	KindCreateTenant: {func() Op { return &CreateTenant{} }, []field{
+		{"n", false, func(o any) any { return &o.(*CreateTenant).Name }},
+		{"q", false, func(o any) any { return &o.(*CreateTenant).Quota }},
+		{"a", false, func(o any) any { return &o.(*CreateTenant).ACL }},
+	}},
+	KindUpdateTenant: {func() Op { return &UpdateTenant{} }, []field{
+		{"n", false, func(o any) any { return &o.(*UpdateTenant).Name }},
+		{"q", false, func(o any) any { return &o.(*UpdateTenant).Quota }},
+	}},
+	KindIssueToken: {func() Op { return &IssueToken{} }, []field{
+		{"id", false, func(o any) any { return &o.(*IssueToken).ID }},
+		{"t", false, func(o any) any { return &o.(*IssueToken).Tenant }},
+		{"p", false, func(o any) any { return &o.(*IssueToken).Principal }},
+		{"h", false, func(o any) any { return &o.(*IssueToken).Hash }},
+	}},
+	KindRevokeToken: {func() Op { return &RevokeToken{} }, []field{
+		{"t", false, func(o any) any { return &o.(*RevokeToken).Tenant }},
+		{"id", false, func(o any) any { return &o.(*RevokeToken).ID }},
+	}},
+}
+
+// isZero reports whether the field at p holds its zero value, as omitempty
+// sees it.
+func isZero(p any) bool {
+	switch v := p.(type) {
+	case *uint64:
+		return *v == 0
+	case *int64:
+		return *v == 0
+	case *string:
+		return *v == ""
+	case *[]byte:
+		return len(*v) == 0
+	case *bool:
+		return !*v
+	case *api.LockMode:
+		return *v == 0
+	case **api.ACLNames:
+		return *v == nil
+	}
+	// Structs (an ACL, a quota) are never left out.
+	return false
+}
+
+// present reports whether f's value in v is written.
+func present(f *field, v any) bool { return !f.omit || !isZero(f.at(v)) }
+
+// appendStruct writes v as the map fields describe. The nested structs (an
+// ACL, a quota) are written by appendNested, which does not recurse: a
+// recursive encoder would make the compiler move every caller's buffer to
+// the heap.
+func appendStruct(b []byte, fields []field, v any) []byte {
 	n := 0
-	for _, c := range conds {
-		if c {
+	for i := range fields {
+		if present(&fields[i], v) {
 			n++
 		}
 	}
-	return n
-}
-
-func mpACL(b []byte, a api.ACLNames) []byte {
-	b = mpMap(b, count(a.Read != "", a.Write != "", a.ChangeACL != ""))
-	if a.Read != "" {
-		b = mpStr(mpKey(b, "r"), a.Read)
-	}
-	if a.Write != "" {
-		b = mpStr(mpKey(b, "w"), a.Write)
-	}
-	if a.ChangeACL != "" {
-		b = mpStr(mpKey(b, "a"), a.ChangeACL)
+	b = mpMap(b, n)
+	for i := range fields {
+		f := &fields[i]
+		p := f.at(v)
+		if f.omit && isZero(p) {
+			continue
+		}
+		b = mpKey(b, f.key)
+		switch x := p.(type) {
+		case *api.ACLNames:
+			b = appendNested(b, aclFields, x)
+		case **api.ACLNames:
+			b = appendNested(b, aclFields, *x)
+		case *api.TenantQuota:
+			b = mpQuota(b, *x)
+		default:
+			b = appendValue(b, p)
+		}
 	}
 	return b
+}
+
+// appendNested writes v, a struct whose fields are all scalars, as the map
+// fields describe.
+func appendNested(b []byte, fields []field, v any) []byte {
+	n := 0
+	for i := range fields {
+		if present(&fields[i], v) {
+			n++
+		}
+	}
+	b = mpMap(b, n)
+	for i := range fields {
+		f := &fields[i]
+		if p := f.at(v); !f.omit || !isZero(p) {
+			b = appendValue(mpKey(b, f.key), p)
+		}
+	}
+	return b
+}
+
+// appendValue writes the scalar field at p by its kind.
+func appendValue(b []byte, p any) []byte {
+	switch v := p.(type) {
+	case *uint64:
+		return mpUint(b, *v)
+	case *int64:
+		return mpInt(b, *v)
+	case *string:
+		return mpStr(b, *v)
+	case *[]byte:
+		return mpBin(b, *v)
+	case *bool:
+		return mpBool(b, *v)
+	case *api.LockMode:
+		return mpUint(b, uint64(*v))
+	}
+	panic(fmt.Sprintf("namespace: BUG: command field of kind %T", p))
+}
+
+// structSizeHint estimates the encoded size of v's fields.
+func structSizeHint(fields []field, v any) int {
+	n := 1
+	for i := range fields {
+		f := &fields[i]
+		n += 1 + len(f.key)
+		switch p := f.at(v).(type) {
+		case *string:
+			n += 5 + len(*p)
+		case *[]byte:
+			n += 5 + len(*p)
+		case *api.ACLNames:
+			n += structSizeHint(aclFields, p)
+		case **api.ACLNames:
+			if *p != nil {
+				n += structSizeHint(aclFields, *p)
+			}
+		case *api.TenantQuota:
+			n += 64
+		default:
+			n += 9
+		}
+	}
+	return n
 }
 
 // mpQuota writes a tenant quota through the msgpack library itself:
@@ -171,264 +393,116 @@ func mpQuota(b []byte, q api.TenantQuota) []byte {
 	return append(b, enc...)
 }
 
-// appendOp writes op as msgpack would. REQUIRES: op is a non-nil pointer of
-// one of the operation types.
-func appendOp(b []byte, op Op) []byte {
-	switch o := op.(type) {
-	case *CreateSession:
-		return mpMap(b, 0)
-	case *CloseSession:
-		return mpUint(mpKey(mpMap(b, 1), "s"), o.Session)
-	case *ExpireSession:
-		return mpUint(mpKey(mpMap(b, 1), "s"), o.Session)
-	case *OpenNode:
-		b = mpMap(b, 1+count(o.Session != 0, o.Create, o.Exclusive, o.Dir, o.Ephemeral, len(o.Contents) > 0, o.ACL != nil, o.LockDelay != 0))
-		if o.Session != 0 {
-			b = mpUint(mpKey(b, "s"), o.Session)
-		}
-		b = mpStr(mpKey(b, "p"), o.Path)
-		if o.Create {
-			b = mpBool(mpKey(b, "c"), true)
-		}
-		if o.Exclusive {
-			b = mpBool(mpKey(b, "x"), true)
-		}
-		if o.Dir {
-			b = mpBool(mpKey(b, "d"), true)
-		}
-		if o.Ephemeral {
-			b = mpBool(mpKey(b, "e"), true)
-		}
-		if len(o.Contents) > 0 {
-			b = mpBin(mpKey(b, "b"), o.Contents)
-		}
-		if o.ACL != nil {
-			b = mpACL(mpKey(b, "a"), *o.ACL)
-		}
-		if o.LockDelay != 0 {
-			b = mpInt(mpKey(b, "l"), o.LockDelay)
-		}
-		return b
-	case *SetContents:
-		b = mpMap(b, 1+count(o.Session != 0, len(o.Contents) > 0, o.IfGeneration != 0))
-		if o.Session != 0 {
-			b = mpUint(mpKey(b, "s"), o.Session)
-		}
-		b = mpStr(mpKey(b, "p"), o.Path)
-		if len(o.Contents) > 0 {
-			b = mpBin(mpKey(b, "b"), o.Contents)
-		}
-		if o.IfGeneration != 0 {
-			b = mpUint(mpKey(b, "g"), o.IfGeneration)
-		}
-		return b
-	case *Delete:
-		b = mpMap(b, 1+count(o.Session != 0, o.IfInstance != 0))
-		if o.Session != 0 {
-			b = mpUint(mpKey(b, "s"), o.Session)
-		}
-		b = mpStr(mpKey(b, "p"), o.Path)
-		if o.IfInstance != 0 {
-			b = mpUint(mpKey(b, "i"), o.IfInstance)
-		}
-		return b
-	case *SetACL:
-		b = mpMap(b, 2+count(o.Session != 0, o.IfGeneration != 0))
-		if o.Session != 0 {
-			b = mpUint(mpKey(b, "s"), o.Session)
-		}
-		b = mpStr(mpKey(b, "p"), o.Path)
-		b = mpACL(mpKey(b, "a"), o.ACL)
-		if o.IfGeneration != 0 {
-			b = mpUint(mpKey(b, "g"), o.IfGeneration)
-		}
-		return b
-	case *Acquire:
-		b = mpUint(mpKey(mpMap(b, 3), "s"), o.Session)
-		b = mpStr(mpKey(b, "p"), o.Path)
-		return mpUint(mpKey(b, "m"), uint64(o.Mode))
-	case *Release:
-		b = mpUint(mpKey(mpMap(b, 3), "s"), o.Session)
-		b = mpStr(mpKey(b, "p"), o.Path)
-		return mpUint(mpKey(b, "g"), o.Generation)
-	case *CreateTenant:
-		b = mpStr(mpKey(mpMap(b, 3), "n"), o.Name)
-		b = mpQuota(mpKey(b, "q"), o.Quota)
-		return mpACL(mpKey(b, "a"), o.ACL)
-	case *UpdateTenant:
-		b = mpStr(mpKey(mpMap(b, 2), "n"), o.Name)
-		return mpQuota(mpKey(b, "q"), o.Quota)
-	case *IssueToken:
-		b = mpStr(mpKey(mpMap(b, 4), "id"), o.ID)
-		b = mpStr(mpKey(b, "t"), o.Tenant)
-		b = mpStr(mpKey(b, "p"), o.Principal)
-		return mpBin(mpKey(b, "h"), o.Hash)
-	case *RevokeToken:
-		b = mpStr(mpKey(mpMap(b, 2), "t"), o.Tenant)
-		return mpStr(mpKey(b, "id"), o.ID)
-	}
-	panic(fmt.Sprintf("namespace: BUG: appendOp of %T", op))
-}
-
-// opSizeHint estimates an operation's encoded size, to size the buffer once.
-func opSizeHint(op Op) int {
-	switch o := op.(type) {
-	case *OpenNode:
-		return 64 + len(o.Path) + len(o.Contents)
-	case *SetContents:
-		return 48 + len(o.Path) + len(o.Contents)
-	case *Delete:
-		return 32 + len(o.Path)
-	case *SetACL:
-		return 48 + len(o.Path) + len(o.ACL.Read) + len(o.ACL.Write) + len(o.ACL.ChangeACL)
-	case *Acquire:
-		return 32 + len(o.Path)
-	case *Release:
-		return 32 + len(o.Path)
-	case *CreateTenant:
-		return 96 + len(o.Name) + len(o.ACL.Read) + len(o.ACL.Write) + len(o.ACL.ChangeACL)
-	case *UpdateTenant:
-		return 64 + len(o.Name)
-	case *IssueToken:
-		return 32 + len(o.ID) + len(o.Tenant) + len(o.Principal) + len(o.Hash)
-	case *RevokeToken:
-		return 16 + len(o.ID) + len(o.Tenant)
-	}
-	return 16
+// commandSizeHint estimates c's encoded size, to size the buffer once.
+func commandSizeHint(c Command) int {
+	return 40 + len(c.Caller.Principal) + len(c.Caller.Tenant) + structSizeHint(opCodecs[c.Op.Kind()].fields, c.Op)
 }
 
 // appendCommand writes the whole envelope (wireCommand) as msgpack would.
+// REQUIRES: c.Op is a non-nil pointer of one of the operation types.
 func appendCommand(b []byte, c Command) []byte {
+	k := c.Op.Kind()
 	b = mpMap(b, 5)
-	b = mpUint(mpKey(b, "v"), CommandVersion)
-	b = mpUint(mpKey(b, "k"), uint64(c.Op.Kind()))
-	b = mpInt(mpKey(b, "t"), c.Time)
-	b = mpMap(mpKey(b, "c"), 2)
-	b = mpStr(mpKey(b, "p"), c.Caller.Principal)
-	b = mpStr(mpKey(b, "t"), c.Caller.Tenant)
-	return appendOp(mpKey(b, "o"), c.Op)
+	b = mpUint(mpKey(b, keyVersion), CommandVersion)
+	b = mpUint(mpKey(b, keyKind), uint64(k))
+	b = mpInt(mpKey(b, keyTime), c.Time)
+	b = mpMap(mpKey(b, keyCaller), 2)
+	b = mpStr(mpKey(b, keyPrincipal), c.Caller.Principal)
+	b = mpStr(mpKey(b, keyTenant), c.Caller.Tenant)
+	return appendStruct(mpKey(b, keyOp), opCodecs[k].fields, c.Op)
 }
 
-// errMsg is the cause of every cmdReader failure; DecodeCommand wraps it in
+// errMsg is the cause of a command that reads but breaks a rule of the
+// format (a wrong type, an unknown version, kind or field);
+// DecodeCommand wraps it, or the *wire.Error of a truncated input, in
 // ErrBadCommand.
 var errMsg = errors.New("malformed command")
 
-// cmdReader reads the msgpack subset the command encoding uses. The first
-// defect sticks in err; later reads return zero values.
+// cmdReader reads the msgpack subset the command encoding uses, on a
+// wire.Reader: the first defect sticks, later reads return zero values.
 type cmdReader struct {
-	b   []byte
-	err error
+	wire.Reader
 }
 
-func (r *cmdReader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", errMsg, what)
-	}
-	r.b = nil
-}
-
-func (r *cmdReader) next(n int, what string) []byte {
-	if n < 0 || len(r.b) < n {
-		r.fail("truncated " + what)
-		return nil
-	}
-	p := r.b[:n]
-	r.b = r.b[n:]
-	return p
-}
-
-func (r *cmdReader) code(what string) byte {
-	p := r.next(1, what)
-	if p == nil {
-		return 0
-	}
-	return p[0]
-}
+// fail records a format defect in the field what that began at pos.
+func (r *cmdReader) fail(pos int, what, detail string) { r.Fail(pos, what, errMsg, detail) }
 
 // length reads the big-endian length of 1, 2 or 4 bytes.
 func (r *cmdReader) length(size int, what string) int {
-	p := r.next(size, what)
-	switch {
-	case p == nil:
-		return 0
-	case size == 1:
-		return int(p[0])
-	case size == 2:
-		return int(binary.BigEndian.Uint16(p))
+	switch size {
+	case 1:
+		return int(r.Byte(what))
+	case 2:
+		return int(r.Uint16(what))
 	}
-	return int(binary.BigEndian.Uint32(p))
+	return int(r.Uint32(what))
 }
 
 func (r *cmdReader) uint(what string) uint64 {
-	c := r.code(what)
+	pos := r.Pos()
+	c := r.Byte(what)
 	switch {
-	case r.err != nil:
+	case r.Err() != nil:
 		return 0
 	case c <= math.MaxInt8:
 		return uint64(c)
 	case c == mpUint8:
-		return uint64(r.length(1, what))
+		return uint64(r.Byte(what))
 	case c == mpUint16:
-		return uint64(r.length(2, what))
+		return uint64(r.Uint16(what))
 	case c == mpUint32:
-		return uint64(r.length(4, what))
+		return uint64(r.Uint32(what))
 	case c == mpUint64:
-		if p := r.next(8, what); p != nil {
-			return binary.BigEndian.Uint64(p)
-		}
-		return 0
+		return r.Uint64(what)
 	}
-	r.fail(what + ": not an unsigned integer")
+	r.fail(pos, what, "not an unsigned integer")
 	return 0
 }
 
 func (r *cmdReader) int(what string) int64 {
-	if len(r.b) == 0 {
-		r.fail("truncated " + what)
-		return 0
-	}
-	c := r.b[0]
+	pos := r.Pos()
+	c := r.Byte(what)
 	switch {
-	case c <= math.MaxInt8 || (c >= mpUint8 && c <= mpUint64):
-		u := r.uint(what)
-		if u > math.MaxInt64 {
-			r.fail(what + ": overflows int64")
-			return 0
-		}
-		return int64(u)
+	case r.Err() != nil:
+		return 0
+	case c <= math.MaxInt8:
+		return int64(c)
 	case c >= mpNegFixLo:
-		r.b = r.b[1:]
 		return int64(int8(c))
 	}
-	r.b = r.b[1:]
+	var u uint64
 	switch c {
+	case mpUint8:
+		u = uint64(r.Byte(what))
+	case mpUint16:
+		u = uint64(r.Uint16(what))
+	case mpUint32:
+		u = uint64(r.Uint32(what))
+	case mpUint64:
+		if u = r.Uint64(what); u > math.MaxInt64 {
+			r.fail(pos, what, "overflows int64")
+			return 0
+		}
 	case mpInt8:
-		if p := r.next(1, what); p != nil {
-			return int64(int8(p[0]))
-		}
+		return int64(int8(r.Byte(what)))
 	case mpInt16:
-		if p := r.next(2, what); p != nil {
-			return int64(int16(binary.BigEndian.Uint16(p)))
-		}
+		return int64(int16(r.Uint16(what)))
 	case mpInt32:
-		if p := r.next(4, what); p != nil {
-			return int64(int32(binary.BigEndian.Uint32(p)))
-		}
+		return int64(int32(r.Uint32(what)))
 	case mpInt64:
-		if p := r.next(8, what); p != nil {
-			return int64(binary.BigEndian.Uint64(p))
-		}
+		return int64(r.Uint64(what))
 	default:
-		r.fail(what + ": not an integer")
+		r.fail(pos, what, "not an integer")
 	}
-	return 0
+	return int64(u)
 }
 
 func (r *cmdReader) str(what string) string {
-	c := r.code(what)
+	pos := r.Pos()
+	c := r.Byte(what)
 	var n int
 	switch {
-	case r.err != nil:
+	case r.Err() != nil:
 		return ""
 	case c&0xe0 == mpFixStr:
 		n = int(c & 0x1f)
@@ -439,17 +513,18 @@ func (r *cmdReader) str(what string) string {
 	case c == mpStr32:
 		n = r.length(4, what)
 	default:
-		r.fail(what + ": not a string")
+		r.fail(pos, what, "not a string")
 		return ""
 	}
-	return string(r.next(n, what))
+	return string(r.Next(n, what))
 }
 
 func (r *cmdReader) bin(what string) []byte {
-	c := r.code(what)
+	pos := r.Pos()
+	c := r.Byte(what)
 	var n int
 	switch {
-	case r.err != nil:
+	case r.Err() != nil:
 		return nil
 	case c == mpNil:
 		return nil
@@ -460,10 +535,10 @@ func (r *cmdReader) bin(what string) []byte {
 	case c == mpBin32:
 		n = r.length(4, what)
 	default:
-		r.fail(what + ": not bytes")
+		r.fail(pos, what, "not bytes")
 		return nil
 	}
-	p := r.next(n, what)
+	p := r.Next(n, what)
 	if p == nil {
 		return nil
 	}
@@ -471,35 +546,37 @@ func (r *cmdReader) bin(what string) []byte {
 }
 
 func (r *cmdReader) bool(what string) bool {
-	switch r.code(what) {
+	pos := r.Pos()
+	switch r.Byte(what) {
 	case mpTrue:
 		return true
 	case mpFalse:
 		return false
 	}
-	r.fail(what + ": not a bool")
+	r.fail(pos, what, "not a bool")
 	return false
 }
 
 // mapLen reads a map header.
 func (r *cmdReader) mapLen(what string) int {
-	c := r.code(what)
+	pos := r.Pos()
+	c := r.Byte(what)
 	switch {
-	case r.err != nil:
+	case r.Err() != nil:
 		return 0
 	case c&0xf0 == mpFixMap:
 		return int(c & 0x0f)
 	case c == mpMap16:
-		return r.length(2, what)
+		return int(r.Uint16(what))
 	case c == mpMap32:
-		return r.length(4, what)
+		return int(r.Uint32(what))
 	}
-	r.fail(what + ": not a map")
+	r.fail(pos, what, "not a map")
 	return 0
 }
 
 // fields walks a struct map whose fields must come in declaration order,
-// each at most once: at(name) reports whether the next key is name and, if
+// each at most once: at(key) reports whether the next key is key and, if
 // so, consumes it.
 type fields struct {
 	r    *cmdReader
@@ -508,12 +585,15 @@ type fields struct {
 
 func (r *cmdReader) fields(what string) fields { return fields{r: r, left: r.mapLen(what)} }
 
-func (f *fields) at(name string) bool {
-	r := f.r
-	if f.left == 0 || r.err != nil || len(r.b) < 1+len(name) || r.b[0] != mpFixStr|byte(len(name)) || string(r.b[1:1+len(name)]) != name {
+func (f *fields) at(key string) bool {
+	if f.left == 0 {
 		return false
 	}
-	r.b = r.b[1+len(name):]
+	p := f.r.Peek()
+	if len(p) < 1+len(key) || p[0] != mpFixStr|byte(len(key)) || string(p[1:1+len(key)]) != key {
+		return false
+	}
+	f.r.Next(1+len(key), key)
 	f.left--
 	return true
 }
@@ -522,263 +602,139 @@ func (f *fields) at(name string) bool {
 // not).
 func (f *fields) done(what string) {
 	if f.left != 0 {
-		f.r.fail(what + ": unknown, repeated or misplaced field")
+		f.r.fail(f.r.Pos(), what, "unknown, repeated or misplaced field")
 	}
 }
 
-func (r *cmdReader) acl(what string) api.ACLNames {
-	var a api.ACLNames
-	f := r.fields(what)
-	if f.at("r") {
-		a.Read = r.str(what)
+// readStruct reads into v the map that fields describe. Like appendStruct
+// it reads nested structs with a function that does not recurse, which
+// keeps the reader on the caller's stack.
+func readStruct(r *cmdReader, fields []field, v any, what string) {
+	fs := r.fields(what)
+	for i := range fields {
+		f := &fields[i]
+		if !fs.at(f.key) {
+			continue
+		}
+		switch x := f.at(v).(type) {
+		case *api.ACLNames:
+			readNested(r, aclFields, x, f.key)
+		case **api.ACLNames:
+			acl := &api.ACLNames{}
+			readNested(r, aclFields, acl, f.key)
+			*x = acl
+		case *api.TenantQuota:
+			*x = r.quota(f.key)
+		default:
+			r.value(x, f.key)
+		}
 	}
-	if f.at("w") {
-		a.Write = r.str(what)
+	fs.done(what)
+}
+
+// readNested reads into v, a struct whose fields are all scalars, the map
+// that fields describe.
+func readNested(r *cmdReader, fields []field, v any, what string) {
+	fs := r.fields(what)
+	for i := range fields {
+		if fs.at(fields[i].key) {
+			r.value(fields[i].at(v), fields[i].key)
+		}
 	}
-	if f.at("a") {
-		a.ChangeACL = r.str(what)
+	fs.done(what)
+}
+
+// value reads the scalar field at p by its kind.
+func (r *cmdReader) value(p any, what string) {
+	switch v := p.(type) {
+	case *uint64:
+		*v = r.uint(what)
+	case *int64:
+		*v = r.int(what)
+	case *string:
+		*v = r.str(what)
+	case *[]byte:
+		*v = r.bin(what)
+	case *bool:
+		*v = r.bool(what)
+	case *api.LockMode:
+		pos := r.Pos()
+		m := r.uint(what)
+		if m > math.MaxUint8 {
+			r.fail(pos, what, "lock mode overflows")
+		}
+		*v = api.LockMode(m)
+	default:
+		panic(fmt.Sprintf("namespace: BUG: command field of kind %T", p))
 	}
-	f.done(what)
-	return a
 }
 
 // quota reads a tenant quota with the msgpack library (see mpQuota),
 // refusing unknown fields.
 func (r *cmdReader) quota(what string) api.TenantQuota {
 	var q api.TenantQuota
-	if r.err != nil {
+	if r.Err() != nil {
 		return q
 	}
-	br := bytes.NewReader(r.b)
+	pos := r.Pos()
+	rest := r.Peek()
+	br := bytes.NewReader(rest)
 	dec := msgpack.NewDecoder(br)
 	dec.DisallowUnknownFields(true)
 	if err := dec.Decode(&q); err != nil {
-		r.fail(what + ": " + err.Error())
+		r.fail(pos, what, err.Error())
 		return q
 	}
-	r.b = r.b[len(r.b)-br.Len():]
+	r.Next(len(rest)-br.Len(), what)
 	return q
-}
-
-// op reads an operation of kind k.
-func (r *cmdReader) op(k OpKind) Op {
-	f := r.fields("op")
-	var op Op
-	switch k {
-	case KindCreateSession:
-		op = &CreateSession{}
-	case KindCloseSession, KindExpireSession:
-		var sid uint64
-		if f.at("s") {
-			sid = r.uint("session")
-		}
-		if k == KindCloseSession {
-			op = &CloseSession{Session: sid}
-		} else {
-			op = &ExpireSession{Session: sid}
-		}
-	case KindOpen:
-		o := &OpenNode{}
-		if f.at("s") {
-			o.Session = r.uint("session")
-		}
-		if f.at("p") {
-			o.Path = r.str("path")
-		}
-		if f.at("c") {
-			o.Create = r.bool("create")
-		}
-		if f.at("x") {
-			o.Exclusive = r.bool("exclusive")
-		}
-		if f.at("d") {
-			o.Dir = r.bool("dir")
-		}
-		if f.at("e") {
-			o.Ephemeral = r.bool("ephemeral")
-		}
-		if f.at("b") {
-			o.Contents = r.bin("contents")
-		}
-		if f.at("a") {
-			acl := r.acl("acl")
-			o.ACL = &acl
-		}
-		if f.at("l") {
-			o.LockDelay = r.int("lock-delay")
-		}
-		op = o
-	case KindSetContents:
-		o := &SetContents{}
-		if f.at("s") {
-			o.Session = r.uint("session")
-		}
-		if f.at("p") {
-			o.Path = r.str("path")
-		}
-		if f.at("b") {
-			o.Contents = r.bin("contents")
-		}
-		if f.at("g") {
-			o.IfGeneration = r.uint("generation")
-		}
-		op = o
-	case KindDelete:
-		o := &Delete{}
-		if f.at("s") {
-			o.Session = r.uint("session")
-		}
-		if f.at("p") {
-			o.Path = r.str("path")
-		}
-		if f.at("i") {
-			o.IfInstance = r.uint("instance")
-		}
-		op = o
-	case KindSetACL:
-		o := &SetACL{}
-		if f.at("s") {
-			o.Session = r.uint("session")
-		}
-		if f.at("p") {
-			o.Path = r.str("path")
-		}
-		if f.at("a") {
-			o.ACL = r.acl("acl")
-		}
-		if f.at("g") {
-			o.IfGeneration = r.uint("generation")
-		}
-		op = o
-	case KindAcquire:
-		o := &Acquire{}
-		if f.at("s") {
-			o.Session = r.uint("session")
-		}
-		if f.at("p") {
-			o.Path = r.str("path")
-		}
-		if f.at("m") {
-			m := r.uint("mode")
-			if m > math.MaxUint8 {
-				r.fail("mode overflows")
-			}
-			o.Mode = api.LockMode(m)
-		}
-		op = o
-	case KindRelease:
-		o := &Release{}
-		if f.at("s") {
-			o.Session = r.uint("session")
-		}
-		if f.at("p") {
-			o.Path = r.str("path")
-		}
-		if f.at("g") {
-			o.Generation = r.uint("generation")
-		}
-		op = o
-	case KindCreateTenant:
-		o := &CreateTenant{}
-		if f.at("n") {
-			o.Name = r.str("name")
-		}
-		if f.at("q") {
-			o.Quota = r.quota("quota")
-		}
-		if f.at("a") {
-			o.ACL = r.acl("acl")
-		}
-		op = o
-	case KindUpdateTenant:
-		o := &UpdateTenant{}
-		if f.at("n") {
-			o.Name = r.str("name")
-		}
-		if f.at("q") {
-			o.Quota = r.quota("quota")
-		}
-		op = o
-	case KindIssueToken:
-		o := &IssueToken{}
-		if f.at("id") {
-			o.ID = r.str("token id")
-		}
-		if f.at("t") {
-			o.Tenant = r.str("tenant")
-		}
-		if f.at("p") {
-			o.Principal = r.str("principal")
-		}
-		if f.at("h") {
-			o.Hash = r.bin("hash")
-		}
-		op = o
-	case KindRevokeToken:
-		o := &RevokeToken{}
-		if f.at("t") {
-			o.Tenant = r.str("tenant")
-		}
-		if f.at("id") {
-			o.ID = r.str("token id")
-		}
-		op = o
-	default:
-		r.fail(fmt.Sprintf("unknown kind %d", uint8(k)))
-		return nil
-	}
-	f.done("op")
-	return op
 }
 
 // readCommand reads an envelope and its operation. It does not check that
 // b is canonical: DecodeCommand does, by re-encoding.
 func readCommand(b []byte) (Command, error) {
-	r := &cmdReader{b: b}
+	r := &cmdReader{wire.NewReader(b)}
 	f := r.fields("command")
 	var (
 		cmd  Command
 		ver  uint64
 		kind uint64
 	)
-	if f.at("v") {
+	if f.at(keyVersion) {
 		ver = r.uint("version")
 	}
-	if f.at("k") {
+	kindPos := r.Pos()
+	if f.at(keyKind) {
 		kind = r.uint("kind")
 	}
-	if f.at("t") {
+	if f.at(keyTime) {
 		cmd.Time = r.int("time")
 	}
-	if f.at("c") {
+	if f.at(keyCaller) {
 		cf := r.fields("caller")
-		if cf.at("p") {
+		if cf.at(keyPrincipal) {
 			cmd.Caller.Principal = r.str("principal")
 		}
-		if cf.at("t") {
+		if cf.at(keyTenant) {
 			cmd.Caller.Tenant = r.str("tenant")
 		}
 		cf.done("caller")
 	}
-	if r.err != nil {
-		return Command{}, r.err
+	switch {
+	case r.Err() != nil:
+	case ver != CommandVersion:
+		r.fail(0, "version", fmt.Sprintf("version %d", ver))
+	case kind == 0 || kind >= uint64(numKinds):
+		r.fail(kindPos, "kind", fmt.Sprintf("unknown kind %d", kind))
+	case !f.at(keyOp):
+		r.fail(r.Pos(), "op", "missing op")
+	default:
+		oc := &opCodecs[kind]
+		cmd.Op = oc.new()
+		readStruct(r, oc.fields, cmd.Op, "op")
+		f.done("command")
 	}
-	if ver != CommandVersion {
-		return Command{}, fmt.Errorf("version %d", ver)
-	}
-	if kind == 0 || kind >= uint64(numKinds) {
-		return Command{}, fmt.Errorf("unknown kind %d", kind)
-	}
-	if !f.at("o") {
-		return Command{}, errors.New("missing op")
-	}
-	cmd.Op = r.op(OpKind(kind))
-	f.done("command")
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("trailing bytes")
-	}
-	if r.err != nil {
-		return Command{}, r.err
+	if err := r.Done(); err != nil {
+		return Command{}, err
 	}
 	return cmd, nil
 }

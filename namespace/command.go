@@ -8,6 +8,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/wire"
 )
 
 // Caller is who issued a command or a read, as the master authenticated it.
@@ -246,36 +247,12 @@ func (*Release) isOp()       {}
 func (*CreateTenant) isOp()  {}
 func (*UpdateTenant) isOp()  {}
 
+// newOp returns a new zero operation of kind k, or nil for an unknown kind.
 func newOp(k OpKind) Op {
-	switch k {
-	case KindCreateSession:
-		return &CreateSession{}
-	case KindCloseSession:
-		return &CloseSession{}
-	case KindExpireSession:
-		return &ExpireSession{}
-	case KindOpen:
-		return &OpenNode{}
-	case KindSetContents:
-		return &SetContents{}
-	case KindDelete:
-		return &Delete{}
-	case KindSetACL:
-		return &SetACL{}
-	case KindAcquire:
-		return &Acquire{}
-	case KindRelease:
-		return &Release{}
-	case KindCreateTenant:
-		return &CreateTenant{}
-	case KindUpdateTenant:
-		return &UpdateTenant{}
-	case KindIssueToken:
-		return &IssueToken{}
-	case KindRevokeToken:
-		return &RevokeToken{}
+	if k == 0 || k >= numKinds {
+		return nil
 	}
-	return nil
+	return opCodecs[k].new()
 }
 
 // CommandVersion is the command encoding version EncodeCommand writes.
@@ -307,8 +284,7 @@ func EncodeCommand(c Command) ([]byte, error) {
 	if c.Op == nil || isNilOp(c.Op) {
 		return nil, fmt.Errorf("%w: nil op", ErrBadCommand)
 	}
-	b := make([]byte, 0, 40+len(c.Caller.Principal)+len(c.Caller.Tenant)+opSizeHint(c.Op))
-	return appendCommand(b, c), nil
+	return appendCommand(make([]byte, 0, commandSizeHint(c)), c), nil
 }
 
 func isNilOp(op Op) bool {
@@ -348,15 +324,22 @@ func isNilOp(op Op) bool {
 // EncodeCommand of the result returns b. Any defect — garbage, truncation,
 // trailing bytes, unknown version, kind or field, wrong or overflowing
 // types, a non-canonical encoding, more than MaxEncodedCommand bytes — gives
-// an error wrapping ErrBadCommand; it never panics. DecodeCommand checks the encoding only: the operation's
-// arguments (paths, modes, sizes) are checked when it is applied.
+// an error wrapping ErrBadCommand; it never panics. A defect inside the
+// bytes also wraps a *wire.Error (internal/wire) that names the field and
+// its byte offset, and wire.ErrNonCanonical when the bytes decode but are
+// not the one encoding of what they hold. DecodeCommand checks the encoding
+// only: the operation's arguments (paths, modes, sizes) are checked when it
+// is applied.
 func DecodeCommand(b []byte) (Command, error) {
 	if len(b) > MaxEncodedCommand {
 		return Command{}, fmt.Errorf("%w: %d bytes, more than %d", ErrBadCommand, len(b), MaxEncodedCommand)
 	}
 	cmd, err := readCommand(b)
 	if err != nil {
-		return Command{}, fmt.Errorf("%w: %v", ErrBadCommand, err)
+		if !errors.Is(err, errMsg) {
+			err = fmt.Errorf("%w: %w", errMsg, err)
+		}
+		return Command{}, fmt.Errorf("%w: %w", ErrBadCommand, err)
 	}
 	// Accept exactly what EncodeCommand writes: this rejects integers that
 	// a lenient reader would silently truncate into narrower fields,
@@ -365,9 +348,8 @@ func DecodeCommand(b []byte) (Command, error) {
 	// A command of a lock or session fits the buffer on the stack, so the
 	// check allocates nothing.
 	var stack [512]byte
-	enc := appendCommand(stack[:0], cmd)
-	if string(enc) != string(b) {
-		return Command{}, fmt.Errorf("%w: not the canonical encoding", ErrBadCommand)
+	if err := wire.Canonical(b, appendCommand(stack[:0], cmd), "command"); err != nil {
+		return Command{}, fmt.Errorf("%w: %w: %w", ErrBadCommand, errMsg, err)
 	}
 	return cmd, nil
 }

@@ -1,13 +1,13 @@
 package namespace
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/wire"
 )
 
 // Record encoding, store format 2.
@@ -21,7 +21,7 @@ import (
 // fails loudly). Fields are, in declaration order: unsigned integers as
 // minimal uvarints, signed ones as minimal zig-zag varints, a content
 // checksum as 8 bytes big-endian, strings as a uvarint length and the bytes,
-// flags and modes as one byte. The encoding is canonical: decodeRec accepts
+// flags and modes as one byte, all written and read with internal/wire. The encoding is canonical: decodeRec accepts
 // exactly what encodeRec writes (no trailing bytes, no padded varints, no
 // unknown flag bits, holders strictly increasing), so equal records have
 // equal bytes and the state checksum, a hash of the bytes, is a function of
@@ -39,58 +39,63 @@ const (
 	nodeFlagKnown = nodeFlagDir
 )
 
-// errRecord is the cause decodeRec wraps in ErrCorrupt.
+// errRecord is the cause of a record that decodes but holds something its
+// format forbids (wrong version or kind, unknown flag bits, holders out of
+// order); decodeRec wraps it, or the *wire.Error of a malformed encoding,
+// in ErrCorrupt.
 var errRecord = errors.New("malformed record")
 
-func appendUvarint(b []byte, x uint64) []byte { return binary.AppendUvarint(b, x) }
-func appendVarint(b []byte, x int64) []byte   { return binary.AppendVarint(b, x) }
-func appendString(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+// newRecWriter starts a record of the given kind in a buffer of size bytes.
+func newRecWriter(size int, kind byte) wire.Writer {
+	w := wire.NewWriter(make([]byte, 0, size))
+	w.Byte(recordVersion)
+	w.Byte(kind)
+	return w
 }
 
 func encodeNode(n *nodeRec) []byte {
-	b := make([]byte, 0, 64+len(n.ACL.Read)+len(n.ACL.Write)+len(n.ACL.ChangeACL)+binary.MaxVarintLen64*len(n.Holders))
-	b = append(b, recordVersion, tagNode)
+	w := newRecWriter(64+len(n.ACL.Read)+len(n.ACL.Write)+len(n.ACL.ChangeACL)+wire.MaxVarintLen*len(n.Holders), tagNode)
 	var flags byte
 	if n.Dir {
 		flags |= nodeFlagDir
 	}
-	b = append(b, flags)
-	b = appendUvarint(b, n.Instance)
-	b = appendUvarint(b, n.Owner)
-	b = appendUvarint(b, n.ContentGen)
-	b = appendUvarint(b, n.LockGen)
-	b = appendUvarint(b, n.ACLGen)
-	b = binary.BigEndian.AppendUint64(b, n.Sum)
-	b = appendUvarint(b, n.Size)
-	b = appendVarint(b, n.Created)
-	b = appendVarint(b, n.Modified)
-	b = appendString(b, n.ACL.Read)
-	b = appendString(b, n.ACL.Write)
-	b = appendString(b, n.ACL.ChangeACL)
-	b = appendVarint(b, n.LockDelay)
-	b = append(b, byte(n.Mode))
-	b = appendUvarint(b, uint64(len(n.Holders)))
+	w.Byte(flags)
+	w.Uvarint(n.Instance)
+	w.Uvarint(n.Owner)
+	w.Uvarint(n.ContentGen)
+	w.Uvarint(n.LockGen)
+	w.Uvarint(n.ACLGen)
+	w.Uint64(n.Sum)
+	w.Uvarint(n.Size)
+	w.Varint(n.Created)
+	w.Varint(n.Modified)
+	w.LenString(n.ACL.Read)
+	w.LenString(n.ACL.Write)
+	w.LenString(n.ACL.ChangeACL)
+	w.Varint(n.LockDelay)
+	w.Byte(byte(n.Mode))
+	w.Uvarint(uint64(len(n.Holders)))
 	for _, h := range n.Holders {
-		b = appendUvarint(b, h)
+		w.Uvarint(h)
 	}
-	return appendVarint(b, n.DelayUntil)
+	w.Varint(n.DelayUntil)
+	return w.Bytes()
 }
 
 func encodeSession(s *sessionRec) []byte {
-	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(s.Tenant)+len(s.Principal)+binary.MaxVarintLen64)
-	b = append(b, recordVersion, tagSession)
-	b = appendString(b, s.Tenant)
-	b = appendString(b, s.Principal)
-	return appendVarint(b, s.Created)
+	w := newRecWriter(2+2*wire.MaxVarintLen+len(s.Tenant)+len(s.Principal)+wire.MaxVarintLen, tagSession)
+	w.LenString(s.Tenant)
+	w.LenString(s.Principal)
+	w.Varint(s.Created)
+	return w.Bytes()
 }
 
 func encodeTenant(t *tenantRec) []byte {
-	b := make([]byte, 0, 2+2+(quotaFields+usageFields+1)*binary.MaxVarintLen64)
-	b = append(b, recordVersion, tagTenant)
-	b = appendUints(b, reflect.ValueOf(&t.Quota).Elem())
-	b = appendUints(b, reflect.ValueOf(&t.Usage).Elem())
-	return appendVarint(b, t.Created)
+	w := newRecWriter(2+2+(quotaFields+usageFields+1)*wire.MaxVarintLen, tagTenant)
+	writeUints(&w, reflect.ValueOf(&t.Quota).Elem())
+	writeUints(&w, reflect.ValueOf(&t.Usage).Elem())
+	w.Varint(t.Created)
+	return w.Bytes()
 }
 
 // The quota and usage structs belong to package api and grow fields over
@@ -104,28 +109,24 @@ var (
 	usageFields = reflect.TypeFor[api.TenantUsage]().NumField()
 )
 
-func appendUints(b []byte, v reflect.Value) []byte {
+func writeUints(w *wire.Writer, v reflect.Value) {
 	n := v.NumField()
 	for n > 0 && v.Field(n-1).Uint() == 0 {
 		n--
 	}
-	b = appendUvarint(b, uint64(n))
+	w.Uvarint(uint64(n))
 	for i := 0; i < n; i++ {
-		b = appendUvarint(b, v.Field(i).Uint())
+		w.Uvarint(v.Field(i).Uint())
 	}
-	return b
 }
 
-func (r *recReader) uints(v reflect.Value, what string) {
-	n := r.uvarint()
-	if n > uint64(v.NumField()) {
-		r.fail("%s of %d fields, this build knows %d", what, n, v.NumField())
-		return
-	}
-	for i := 0; i < int(n); i++ {
-		x := r.uvarint()
-		if i == int(n)-1 && x == 0 && r.err == nil {
-			r.fail("%s ends in a zero field", what)
+func readUints(r *wire.Reader, v reflect.Value, what string) {
+	pos := r.Pos()
+	n := r.Count(uint64(v.NumField()), 1, what)
+	for i := 0; i < n; i++ {
+		x := r.Uvarint(what)
+		if i == n-1 && x == 0 && r.Err() == nil {
+			r.Fail(pos, what, errRecord, "ends in a zero field")
 		}
 		v.Field(i).SetUint(x)
 	}
@@ -136,25 +137,24 @@ func (r *recReader) uints(v reflect.Value, what string) {
 // what store format 2 wrote; it reads as clock 0, and one encoding per value
 // keeps the record canonical.
 func encodeCounters(c *counters) []byte {
-	b := make([]byte, 0, 2+5*binary.MaxVarintLen64)
-	b = append(b, recordVersion, tagCounters)
-	b = appendUvarint(b, c.Session)
-	b = appendUvarint(b, c.Instance)
-	b = appendUvarint(b, c.LockGen)
-	if c.Clock == 0 && c.DelayEnd == 0 {
-		return b
+	w := newRecWriter(2+5*wire.MaxVarintLen, tagCounters)
+	w.Uvarint(c.Session)
+	w.Uvarint(c.Instance)
+	w.Uvarint(c.LockGen)
+	if c.Clock != 0 || c.DelayEnd != 0 {
+		w.Varint(c.Clock)
+		w.Varint(c.DelayEnd)
 	}
-	b = appendVarint(b, c.Clock)
-	return appendVarint(b, c.DelayEnd)
+	return w.Bytes()
 }
 
 func encodeToken(t *tokenRec) []byte {
-	b := make([]byte, 0, 2+3*binary.MaxVarintLen64+len(t.Tenant)+len(t.Principal)+len(t.Hash))
-	b = append(b, recordVersion, tagToken)
-	b = appendString(b, t.Tenant)
-	b = appendString(b, t.Principal)
-	b = appendString(b, string(t.Hash))
-	return appendVarint(b, t.Created)
+	w := newRecWriter(2+3*wire.MaxVarintLen+len(t.Tenant)+len(t.Principal)+len(t.Hash), tagToken)
+	w.LenString(t.Tenant)
+	w.LenString(t.Principal)
+	w.LenBytes(t.Hash)
+	w.Varint(t.Created)
+	return w.Bytes()
 }
 
 // encodeRec encodes one of the record types (*nodeRec, *sessionRec,
@@ -181,7 +181,7 @@ func encodeRec(v any) []byte {
 // an error wrapping ErrCorrupt.
 func decodeRec(key, b []byte, v any) error {
 	var (
-		r    = recReader{b: b}
+		r    = wire.NewReader(b)
 		kind byte
 	)
 	switch v.(type) {
@@ -198,143 +198,81 @@ func decodeRec(key, b []byte, v any) error {
 	default:
 		panic(fmt.Sprintf("namespace: BUG: decodeRec into %T", v))
 	}
-	if ver := r.byte(); r.err == nil && ver != recordVersion {
-		r.fail("record version %d, want %d", ver, recordVersion)
+	if ver := r.Byte("version"); r.Err() == nil && ver != recordVersion {
+		r.Fail(0, "version", errRecord, "record version %d, want %d", ver, recordVersion)
 	}
-	if k := r.byte(); r.err == nil && k != kind {
-		r.fail("record kind %q, want %q", k, kind)
+	if k := r.Byte("kind"); r.Err() == nil && k != kind {
+		r.Fail(1, "kind", errRecord, "record kind %q, want %q", k, kind)
 	}
 	switch x := v.(type) {
 	case *nodeRec:
-		r.node(x)
+		readNode(&r, x)
 	case *sessionRec:
-		*x = sessionRec{Tenant: r.string(), Principal: r.string(), Created: r.varint()}
+		*x = sessionRec{Tenant: r.LenString(math.MaxUint64, "tenant"), Principal: r.LenString(math.MaxUint64, "principal"), Created: r.Varint("created")}
 	case *tenantRec:
 		*x = tenantRec{}
-		r.uints(reflect.ValueOf(&x.Quota).Elem(), "quota")
-		r.uints(reflect.ValueOf(&x.Usage).Elem(), "usage")
-		x.Created = r.varint()
+		readUints(&r, reflect.ValueOf(&x.Quota).Elem(), "quota")
+		readUints(&r, reflect.ValueOf(&x.Usage).Elem(), "usage")
+		x.Created = r.Varint("created")
 	case *counters:
-		*x = counters{Session: r.uvarint(), Instance: r.uvarint(), LockGen: r.uvarint()}
-		if len(r.b) > 0 && r.err == nil {
-			x.Clock, x.DelayEnd = r.varint(), r.varint()
-			if x.Clock == 0 && x.DelayEnd == 0 && r.err == nil {
-				r.fail("counters with an explicit zero clock")
+		*x = counters{Session: r.Uvarint("session"), Instance: r.Uvarint("instance"), LockGen: r.Uvarint("lock generation")}
+		if r.Len() > 0 {
+			pos := r.Pos()
+			x.Clock, x.DelayEnd = r.Varint("clock"), r.Varint("delay end")
+			if x.Clock == 0 && x.DelayEnd == 0 && r.Err() == nil {
+				r.Fail(pos, "clock", errRecord, "counters with an explicit zero clock")
 			}
 		}
 	case *tokenRec:
-		*x = tokenRec{Tenant: r.string(), Principal: r.string(), Hash: []byte(r.string()), Created: r.varint()}
+		*x = tokenRec{Tenant: r.LenString(math.MaxUint64, "tenant"), Principal: r.LenString(math.MaxUint64, "principal"),
+			Hash: []byte(r.LenString(math.MaxUint64, "hash")), Created: r.Varint("created")}
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("%d trailing bytes", len(r.b))
-	}
-	if r.err != nil {
-		return fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, r.err)
+	if err := r.Done(); err != nil {
+		if !errors.Is(err, errRecord) {
+			err = fmt.Errorf("%w: %w", errRecord, err)
+		}
+		return fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
 	}
 	return nil
 }
 
-// recReader decodes record fields; the first defect sticks in err and every
-// later read returns zero.
-type recReader struct {
-	b   []byte
-	err error
-}
-
-func (r *recReader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: "+format, append([]any{errRecord}, args...)...)
-	}
-	r.b = nil
-}
-
-func (r *recReader) byte() byte {
-	if len(r.b) < 1 {
-		r.fail("truncated")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-// canonical reports whether the n-byte varint at the front of r.b is
-// minimal: a multi-byte varint must not end in a zero byte.
-func (r *recReader) canonical(n int) bool { return n == 1 || r.b[n-1] != 0 }
-
-func (r *recReader) uvarint() uint64 {
-	x, n := binary.Uvarint(r.b)
-	if n <= 0 || !r.canonical(n) {
-		r.fail("bad uvarint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return x
-}
-
-func (r *recReader) varint() int64 {
-	x, n := binary.Varint(r.b)
-	if n <= 0 || !r.canonical(n) {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return x
-}
-
-func (r *recReader) string() string {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.fail("truncated string")
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-func (r *recReader) node(n *nodeRec) {
-	flags := r.byte()
+func readNode(r *wire.Reader, n *nodeRec) {
+	flags := r.Byte("flags")
 	if flags&^nodeFlagKnown != 0 {
-		r.fail("unknown node flags %#x", flags)
+		r.Fail(r.Pos()-1, "flags", errRecord, "unknown node flags %#x", flags)
 	}
 	*n = nodeRec{
 		Dir:        flags&nodeFlagDir != 0,
-		Instance:   r.uvarint(),
-		Owner:      r.uvarint(),
-		ContentGen: r.uvarint(),
-		LockGen:    r.uvarint(),
-		ACLGen:     r.uvarint(),
+		Instance:   r.Uvarint("instance"),
+		Owner:      r.Uvarint("owner"),
+		ContentGen: r.Uvarint("content generation"),
+		LockGen:    r.Uvarint("lock generation"),
+		ACLGen:     r.Uvarint("acl generation"),
+		Sum:        r.Uint64("checksum"),
+		Size:       r.Uvarint("size"),
+		Created:    r.Varint("created"),
+		Modified:   r.Varint("modified"),
+		ACL: api.ACLNames{Read: r.LenString(math.MaxUint64, "acl read"), Write: r.LenString(math.MaxUint64, "acl write"),
+			ChangeACL: r.LenString(math.MaxUint64, "acl change")},
+		LockDelay: r.Varint("lock delay"),
 	}
-	if len(r.b) < 8 {
-		r.fail("truncated")
-		return
-	}
-	n.Sum = binary.BigEndian.Uint64(r.b)
-	r.b = r.b[8:]
-	n.Size = r.uvarint()
-	n.Created = r.varint()
-	n.Modified = r.varint()
-	n.ACL = api.ACLNames{Read: r.string(), Write: r.string(), ChangeACL: r.string()}
-	n.LockDelay = r.varint()
-	mode := api.LockMode(r.byte())
+	pos := r.Pos()
+	mode := api.LockMode(r.Byte("mode"))
 	if mode > api.LockShared {
-		r.fail("lock mode %d", mode)
+		r.Fail(pos, "mode", errRecord, "lock mode %d", mode)
 	}
 	n.Mode = mode
-	count := r.uvarint()
-	if count > uint64(len(r.b)) || count > math.MaxInt32 { // each holder takes at least a byte
-		r.fail("%d holders in %d bytes", count, len(r.b))
-		return
-	}
+	// Each holder takes at least a byte.
+	count := r.Count(math.MaxInt32, 1, "holders")
 	if count > 0 {
 		n.Holders = make([]uint64, count)
 		for i := range n.Holders {
-			n.Holders[i] = r.uvarint()
-			if i > 0 && n.Holders[i] <= n.Holders[i-1] && r.err == nil {
-				r.fail("holders not increasing")
+			pos := r.Pos()
+			n.Holders[i] = r.Uvarint("holder")
+			if i > 0 && n.Holders[i] <= n.Holders[i-1] && r.Err() == nil {
+				r.Fail(pos, "holder", errRecord, "holders not increasing")
 			}
 		}
 	}
-	n.DelayUntil = r.varint()
+	n.DelayUntil = r.Varint("delay until")
 }

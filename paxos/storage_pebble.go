@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/lockcell/lockcell/internal/wire"
 )
 
 // Errors returned by PebbleStorage, besides ErrCompacted.
@@ -482,8 +485,9 @@ func (s *PebbleStorage) abortLocked(b *pebble.Batch, err error) error {
 //
 // where version is pebbleFormatVersion, kind repeats the key's tag byte (so a
 // value copied under the wrong kind of key is caught), and crc is the
-// big-endian CRC-32C (Castagnoli) of everything before it. Payloads, with
-// integers as canonical (minimal) uvarints:
+// big-endian CRC-32C (Castagnoli) of everything before it. Payloads are
+// written and read with internal/wire, integers as canonical (minimal)
+// uvarints:
 //
 //	hard state      promised chosen [flags]
 //	entry           slot ballot ncmds { cmd.ballot cmd.seq len data }*
@@ -512,6 +516,10 @@ const (
 	pebbleHardStateFlags = pebbleHardStateRebuilding
 )
 
+// errPebbleValue is the cause of a payload that decodes but holds a value
+// the format forbids (a zero flags field, a snapshot at slot 0).
+var errPebbleValue = errors.New("value out of range")
+
 // pebbleCRCTable is the Castagnoli table (hardware-accelerated on amd64 and
 // arm64).
 var pebbleCRCTable = crc32.MakeTable(crc32.Castagnoli)
@@ -523,15 +531,6 @@ type pebbleSnapshotDesc struct {
 	size   uint64 // bytes of data
 	chunks uint64 // number of chunk keys
 	crc    uint32 // CRC-32C of the whole data
-}
-
-func pebbleUvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
 }
 
 // pebbleSealStart appends a value header of the given kind to dst. The value
@@ -563,66 +562,24 @@ func pebbleOpen(v []byte, kind byte) ([]byte, error) {
 	return body[pebbleHeaderLen:], nil
 }
 
-// pebbleReader decodes a payload. The first problem sticks in err; later
-// reads return zero values.
-type pebbleReader struct {
-	b   []byte
-	err error
-}
-
-func (r *pebbleReader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", ErrPebbleCorrupt, fmt.Sprintf(format, args...))
-	}
-}
-
-func (r *pebbleReader) uvarint(what string) uint64 {
-	if r.err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(r.b)
-	switch {
-	case n <= 0:
-		r.fail("bad %s", what)
-		return 0
-	case n > 1 && r.b[n-1] == 0:
-		// A minimal encoding never ends in a zero byte (except zero itself).
-		r.fail("non-canonical %s", what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return x
-}
-
-func (r *pebbleReader) bytes(n uint64, what string) []byte {
-	if r.err != nil {
+// pebbleCorrupt wraps a payload decoding error (a *wire.Error, which names
+// the field and its offset in the payload) in ErrPebbleCorrupt.
+func pebbleCorrupt(err error) error {
+	if err == nil {
 		return nil
 	}
-	if n > uint64(len(r.b)) {
-		r.fail("%s of %d bytes overruns the value (%d left)", what, n, len(r.b))
-		return nil
-	}
-	out := r.b[:n:n]
-	r.b = r.b[n:]
-	return out
-}
-
-func (r *pebbleReader) done() error {
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("%d trailing bytes", len(r.b))
-	}
-	return r.err
+	return fmt.Errorf("%w: %w", ErrPebbleCorrupt, err)
 }
 
 func pebbleEncodeHardState(dst []byte, hs HardState) []byte {
 	start := len(dst)
-	dst = pebbleSealStart(dst, keyTagHardState)
-	dst = binary.AppendUvarint(dst, uint64(hs.Promised))
-	dst = binary.AppendUvarint(dst, uint64(hs.Chosen))
+	w := wire.NewWriter(pebbleSealStart(dst, keyTagHardState))
+	w.Uvarint(uint64(hs.Promised))
+	w.Uvarint(uint64(hs.Chosen))
 	if hs.Rebuilding {
-		dst = binary.AppendUvarint(dst, pebbleHardStateRebuilding)
+		w.Uvarint(pebbleHardStateRebuilding)
 	}
-	return pebbleSealEnd(dst, start)
+	return pebbleSealEnd(w.Bytes(), start)
 }
 
 func pebbleDecodeHardState(v []byte) (HardState, error) {
@@ -638,21 +595,22 @@ func pebbleDecodeHardState(v []byte) (HardState, error) {
 }
 
 func pebbleDecodeHardStatePayload(p []byte) (HardState, error) {
-	r := pebbleReader{b: p}
-	hs := HardState{Promised: Ballot(r.uvarint("promised ballot")), Chosen: Slot(r.uvarint("chosen slot"))}
-	if r.err == nil && len(r.b) > 0 {
-		switch flags := r.uvarint("flags"); {
-		case r.err != nil:
+	r := wire.NewReader(p)
+	hs := HardState{Promised: Ballot(r.Uvarint("promised ballot")), Chosen: Slot(r.Uvarint("chosen slot"))}
+	if r.Len() > 0 {
+		pos := r.Pos()
+		switch flags := r.Uvarint("flags"); {
+		case r.Err() != nil:
 		case flags == 0:
-			r.fail("hard state flags stored as zero")
+			r.Fail(pos, "flags", errPebbleValue, "hard state flags stored as zero")
 		case flags&^pebbleHardStateFlags != 0:
-			r.fail("unknown hard state flags %#x", flags)
+			r.Fail(pos, "flags", errPebbleValue, "unknown hard state flags %#x", flags)
 		default:
 			hs.Rebuilding = flags&pebbleHardStateRebuilding != 0
 		}
 	}
-	if err := r.done(); err != nil {
-		return HardState{}, err
+	if err := r.Done(); err != nil {
+		return HardState{}, pebbleCorrupt(err)
 	}
 	return hs, nil
 }
@@ -660,12 +618,12 @@ func pebbleDecodeHardStatePayload(p []byte) (HardState, error) {
 // pebbleEntryLen returns the encoded length of e.
 func pebbleEntryLen(e *Entry) int {
 	n := pebbleHeaderLen + pebbleTrailerLen +
-		pebbleUvarintLen(uint64(e.Slot)) + pebbleUvarintLen(uint64(e.Ballot)) +
-		pebbleUvarintLen(uint64(len(e.Value.Cmds)))
+		wire.UvarintLen(uint64(e.Slot)) + wire.UvarintLen(uint64(e.Ballot)) +
+		wire.UvarintLen(uint64(len(e.Value.Cmds)))
 	for i := range e.Value.Cmds {
 		c := &e.Value.Cmds[i]
-		n += pebbleUvarintLen(uint64(c.ID.Ballot)) + pebbleUvarintLen(c.ID.Seq) +
-			pebbleUvarintLen(uint64(len(c.Data))) + len(c.Data)
+		n += wire.UvarintLen(uint64(c.ID.Ballot)) + wire.UvarintLen(c.ID.Seq) +
+			wire.UvarintLen(uint64(len(c.Data))) + len(c.Data)
 	}
 	return n
 }
@@ -674,18 +632,17 @@ func pebbleEntryLen(e *Entry) int {
 // dst.
 func pebbleEncodeEntry(dst []byte, e *Entry) []byte {
 	start := len(dst)
-	dst = pebbleSealStart(dst, keyTagEntry)
-	dst = binary.AppendUvarint(dst, uint64(e.Slot))
-	dst = binary.AppendUvarint(dst, uint64(e.Ballot))
-	dst = binary.AppendUvarint(dst, uint64(len(e.Value.Cmds)))
+	w := wire.NewWriter(pebbleSealStart(dst, keyTagEntry))
+	w.Uvarint(uint64(e.Slot))
+	w.Uvarint(uint64(e.Ballot))
+	w.Uvarint(uint64(len(e.Value.Cmds)))
 	for i := range e.Value.Cmds {
 		c := &e.Value.Cmds[i]
-		dst = binary.AppendUvarint(dst, uint64(c.ID.Ballot))
-		dst = binary.AppendUvarint(dst, c.ID.Seq)
-		dst = binary.AppendUvarint(dst, uint64(len(c.Data)))
-		dst = append(dst, c.Data...)
+		w.Uvarint(uint64(c.ID.Ballot))
+		w.Uvarint(c.ID.Seq)
+		w.LenBytes(c.Data)
 	}
-	return pebbleSealEnd(dst, start)
+	return pebbleSealEnd(w.Bytes(), start)
 }
 
 // pebbleDecodeEntry decodes an entry value. The result does not alias v.
@@ -704,38 +661,35 @@ func pebbleDecodeEntry(v []byte) (Entry, error) {
 
 // pebbleDecodeEntryPayload decodes an entry payload; Data slices alias p.
 func pebbleDecodeEntryPayload(p []byte) (Entry, error) {
-	r := pebbleReader{b: p}
-	e := Entry{Slot: Slot(r.uvarint("slot")), Ballot: Ballot(r.uvarint("ballot"))}
-	n := r.uvarint("command count")
+	r := wire.NewReader(p)
+	e := Entry{Slot: Slot(r.Uvarint("slot")), Ballot: Ballot(r.Uvarint("ballot"))}
 	// Each command takes at least 3 bytes: bound the allocation by the input.
-	if n > uint64(len(r.b))/3 {
-		r.fail("%d commands in %d bytes", n, len(r.b))
-	}
-	if r.err == nil && n > 0 {
+	n := r.Count(math.MaxUint64, 3, "command count")
+	if n > 0 {
 		e.Value.Cmds = make([]Command, n)
 		for i := range e.Value.Cmds {
 			c := &e.Value.Cmds[i]
-			c.ID.Ballot = Ballot(r.uvarint("command ballot"))
-			c.ID.Seq = r.uvarint("command sequence")
-			if data := r.bytes(r.uvarint("command length"), "command data"); len(data) > 0 {
+			c.ID.Ballot = Ballot(r.Uvarint("command ballot"))
+			c.ID.Seq = r.Uvarint("command sequence")
+			if data := r.LenBytes(math.MaxUint64, "command data"); len(data) > 0 {
 				c.Data = data
 			}
 		}
 	}
-	if err := r.done(); err != nil {
-		return Entry{}, err
+	if err := r.Done(); err != nil {
+		return Entry{}, pebbleCorrupt(err)
 	}
 	return e, nil
 }
 
 func pebbleEncodeSnapshotDesc(dst []byte, d pebbleSnapshotDesc) []byte {
 	start := len(dst)
-	dst = pebbleSealStart(dst, keyTagSnapshot)
-	dst = binary.AppendUvarint(dst, uint64(d.slot))
-	dst = binary.AppendUvarint(dst, d.size)
-	dst = binary.AppendUvarint(dst, d.chunks)
-	dst = binary.BigEndian.AppendUint32(dst, d.crc)
-	return pebbleSealEnd(dst, start)
+	w := wire.NewWriter(pebbleSealStart(dst, keyTagSnapshot))
+	w.Uvarint(uint64(d.slot))
+	w.Uvarint(d.size)
+	w.Uvarint(d.chunks)
+	w.Uint32(d.crc)
+	return pebbleSealEnd(w.Bytes(), start)
 }
 
 func pebbleDecodeSnapshotDesc(v []byte) (pebbleSnapshotDesc, error) {
@@ -751,20 +705,18 @@ func pebbleDecodeSnapshotDesc(v []byte) (pebbleSnapshotDesc, error) {
 }
 
 func pebbleDecodeSnapshotDescPayload(p []byte) (pebbleSnapshotDesc, error) {
-	r := pebbleReader{b: p}
-	d := pebbleSnapshotDesc{slot: Slot(r.uvarint("slot")), size: r.uvarint("size"), chunks: r.uvarint("chunk count")}
-	if crc := r.bytes(4, "checksum"); crc != nil {
-		d.crc = binary.BigEndian.Uint32(crc)
-	}
+	r := wire.NewReader(p)
+	d := pebbleSnapshotDesc{slot: Slot(r.Uvarint("slot")), size: r.Uvarint("size"), chunks: r.Uvarint("chunk count")}
+	d.crc = r.Uint32("checksum")
 	switch {
-	case r.err != nil:
+	case r.Err() != nil:
 	case d.slot == 0:
-		r.fail("snapshot at slot 0")
+		r.Fail(0, "slot", errPebbleValue, "snapshot at slot 0")
 	case (d.size == 0) != (d.chunks == 0) || d.chunks > d.size || d.chunks >= 1<<32-1:
-		r.fail("%d bytes in %d chunks", d.size, d.chunks)
+		r.Fail(0, "size", errPebbleValue, "%d bytes in %d chunks", d.size, d.chunks)
 	}
-	if err := r.done(); err != nil {
-		return pebbleSnapshotDesc{}, err
+	if err := r.Done(); err != nil {
+		return pebbleSnapshotDesc{}, pebbleCorrupt(err)
 	}
 	return d, nil
 }

@@ -8,8 +8,8 @@
 // lock generations only grow (DESIGN.md invariant 4), a sequencer that stopped
 // being valid never becomes valid again.
 //
-// The package imports only the standard library so that protected servers can
-// depend on it cheaply.
+// The package imports only the standard library and internal/wire (itself
+// standard-library only) so that protected servers can depend on it cheaply.
 //
 // # Encodings
 //
@@ -37,11 +37,12 @@ package sequencer
 
 import (
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/lockcell/lockcell/internal/wire"
 )
 
 // Version is the binary encoding version this package writes.
@@ -146,10 +147,10 @@ func (s Sequencer) Marshal() ([]byte, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, s.encodedLen())
-	b = s.appendBody(b)
-	b = binary.AppendUvarint(b, uint64(len(s.Signature)))
-	return append(b, s.Signature...), nil
+	w := wire.NewWriter(make([]byte, 0, s.encodedLen()))
+	s.writeBody(&w)
+	w.LenBytes(s.Signature)
+	return w.Bytes(), nil
 }
 
 // SignedBytes returns the canonical bytes the cell signs: a fixed
@@ -159,9 +160,10 @@ func (s Sequencer) SignedBytes() ([]byte, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(signContext)+s.encodedLen())
-	b = append(b, signContext...)
-	return s.appendBody(b), nil
+	w := wire.NewWriter(make([]byte, 0, len(signContext)+s.encodedLen()))
+	w.RawString(signContext)
+	s.writeBody(&w)
+	return w.Bytes(), nil
 }
 
 // String returns the text form (unpadded base64url of Marshal). For a
@@ -176,28 +178,24 @@ func (s Sequencer) String() string {
 }
 
 func (s Sequencer) encodedLen() int {
-	return 1 + 3*binary.MaxVarintLen64 + len(s.Cell) + len(s.Tenant) + len(s.Path) + 1 +
-		3*binary.MaxVarintLen64 + len(s.Signature)
+	return 1 + 3*wire.MaxVarintLen + len(s.Cell) + len(s.Tenant) + len(s.Path) + 1 +
+		3*wire.MaxVarintLen + len(s.Signature)
 }
 
-func (s Sequencer) appendBody(b []byte) []byte {
-	b = append(b, Version)
-	b = appendString(b, s.Cell)
-	b = appendString(b, s.Tenant)
-	b = appendString(b, s.Path)
-	b = append(b, byte(s.Mode))
-	b = binary.AppendUvarint(b, s.Generation)
-	return binary.AppendUvarint(b, s.Instance)
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
+func (s Sequencer) writeBody(w *wire.Writer) {
+	w.Byte(Version)
+	w.LenString(s.Cell)
+	w.LenString(s.Tenant)
+	w.LenString(s.Path)
+	w.Byte(byte(s.Mode))
+	w.Uvarint(s.Generation)
+	w.Uvarint(s.Instance)
 }
 
 // Parse decodes the binary form. It never panics; on any defect it returns an
-// error wrapping ErrMalformed (or ErrVersion for an unknown version byte).
-// The returned Signature does not alias b.
+// error wrapping ErrMalformed (or ErrVersion for an unknown version byte);
+// a defect in the encoding itself also wraps an *wire.Error naming the field
+// and its byte offset. The returned Signature does not alias b.
 func Parse(b []byte) (Sequencer, error) {
 	if len(b) == 0 {
 		return Sequencer{}, fmt.Errorf("%w: empty", ErrMalformed)
@@ -208,22 +206,20 @@ func Parse(b []byte) (Sequencer, error) {
 	if b[0] != Version {
 		return Sequencer{}, fmt.Errorf("%w: %d", ErrVersion, b[0])
 	}
-	d := decoder{b: b, off: 1}
+	r := wire.NewReader(b)
+	r.Byte("version")
 	var s Sequencer
-	s.Cell = d.string("cell", MaxCellLen)
-	s.Tenant = d.string("tenant", MaxTenantLen)
-	s.Path = d.string("path", MaxPathLen)
-	s.Mode = Mode(d.byte("mode"))
-	s.Generation = d.uvarint("generation")
-	s.Instance = d.uvarint("instance")
-	if sig := d.bytes("signature", MaxSignatureLen); len(sig) > 0 {
+	s.Cell = r.LenString(MaxCellLen, "cell")
+	s.Tenant = r.LenString(MaxTenantLen, "tenant")
+	s.Path = r.LenString(MaxPathLen, "path")
+	s.Mode = Mode(r.Byte("mode"))
+	s.Generation = r.Uvarint("generation")
+	s.Instance = r.Uvarint("instance")
+	if sig := r.LenBytes(MaxSignatureLen, "signature"); len(sig) > 0 {
 		s.Signature = append([]byte(nil), sig...)
 	}
-	if d.err != nil {
-		return Sequencer{}, d.err
-	}
-	if d.off != len(b) {
-		return Sequencer{}, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(b)-d.off)
+	if err := r.Done(); err != nil {
+		return Sequencer{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if err := s.Validate(); err != nil {
 		return Sequencer{}, fmt.Errorf("%w: %w", ErrMalformed, err)
@@ -241,80 +237,4 @@ func ParseString(text string) (Sequencer, error) {
 		return Sequencer{}, fmt.Errorf("%w: not unpadded base64url", ErrMalformed)
 	}
 	return Parse(b)
-}
-
-// decoder reads fields, remembering the first error; later reads return zero
-// values.
-type decoder struct {
-	b   []byte
-	off int
-	err error
-}
-
-func (d *decoder) fail(field, why string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s: %s", ErrMalformed, field, why)
-	}
-}
-
-func (d *decoder) uvarint(field string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b[d.off:])
-	if n <= 0 {
-		d.fail(field, "bad varint")
-		return 0
-	}
-	// Canonical: the minimal encoding only (no trailing 0x80 0x00 padding).
-	if n != varintLen(v) {
-		d.fail(field, "non-minimal varint")
-		return 0
-	}
-	d.off += n
-	return v
-}
-
-func (d *decoder) byte(field string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if d.off >= len(d.b) {
-		d.fail(field, "truncated")
-		return 0
-	}
-	c := d.b[d.off]
-	d.off++
-	return c
-}
-
-func (d *decoder) bytes(field string, max int) []byte {
-	n := d.uvarint(field + " length")
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(max) {
-		d.fail(field, fmt.Sprintf("length %d over %d", n, max))
-		return nil
-	}
-	if uint64(len(d.b)-d.off) < n {
-		d.fail(field, "truncated")
-		return nil
-	}
-	v := d.b[d.off : d.off+int(n)]
-	d.off += int(n)
-	return v
-}
-
-func (d *decoder) string(field string, max int) string {
-	return string(d.bytes(field, max))
-}
-
-func varintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
 }

@@ -2,11 +2,14 @@ package sequencer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"testing/quick"
+
+	"github.com/lockcell/lockcell/internal/wire"
 )
 
 func valid() Sequencer {
@@ -148,9 +151,44 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
-// TestVarintLen checks the canonical-varint helper against
-// binary.AppendUvarint's output length.
-func TestVarintLen(t *testing.T) {
+// TestParseRefusesPaddedVarints: every varint of a valid sequencer (the
+// four lengths, generation, instance), padded by one byte to a longer
+// encoding of the same number, is refused as not canonical. Without the
+// canonical rule each padded form would parse to the same sequencer.
+func TestParseRefusesPaddedVarints(t *testing.T) {
+	s := valid()
+	s.Signature = []byte("sig")
+	good, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Offsets of the varints, from the layout in the package comment.
+	cell := 1
+	tenant := cell + 1 + len(s.Cell)
+	path := tenant + 1 + len(s.Tenant)
+	gen := path + 1 + len(s.Path) + 1
+	inst := gen + wire.UvarintLen(s.Generation)
+	sig := inst + wire.UvarintLen(s.Instance)
+	refused := 0
+	for name, off := range map[string]int{"cell length": cell, "tenant length": tenant, "path length": path,
+		"generation": gen, "instance": inst, "signature length": sig} {
+		_, n := binary.Uvarint(good[off:])
+		padded := append(append(bytes.Clone(good[:off+n-1]), good[off+n-1]|0x80, 0), good[off+n:]...)
+		_, err := Parse(padded)
+		if !errors.Is(err, ErrMalformed) || !errors.Is(err, wire.ErrNonCanonical) {
+			t.Errorf("%s padded (%x): got %v, want a non-canonical error", name, padded, err)
+			continue
+		}
+		refused++
+	}
+	if refused != 6 {
+		t.Fatalf("%d of 6 padded varints refused", refused)
+	}
+}
+
+// TestGenerationRoundTrip: any generation survives Marshal and Parse, so
+// the canonical check refuses no minimal varint of any length.
+func TestGenerationRoundTrip(t *testing.T) {
 	if err := quick.Check(func(v uint64) bool {
 		s := Sequencer{Cell: "c", Tenant: "t", Path: "/t", Mode: Exclusive, Generation: v | 1, Instance: 1}
 		b, err := s.Marshal()

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
@@ -107,4 +110,85 @@ func BenchmarkExpiryDecisions(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/session")
+}
+
+// BenchmarkKeepAliveRound: one KeepAlive round of n idle sessions at a 1 s
+// cadence (arrival, park, answer at the cadence), on a manual clock: as one
+// batch (what a connection's KeepAlive stream sends) or as one KeepAlive
+// per session, each parked on its own goroutine and timer (the
+// per-session stream). It reports allocations and bytes per session per
+// round, which do not depend on the machine's load; its ns/op is
+// wall-clock and means little on a shared machine.
+func BenchmarkKeepAliveRound(b *testing.B) {
+	const cadence = time.Second
+	for _, tc := range []struct {
+		n     int
+		batch bool
+	}{{1000, true}, {100000, true}, {1000, false}, {10000, false}} {
+		mode := "per-session"
+		if tc.batch {
+			mode = "batch"
+		}
+		b.Run(fmt.Sprintf("%s/sessions=%d", mode, tc.n), func(b *testing.B) {
+			clk := monotime.NewManual(0)
+			m, err := New(Config{Clock: clk, KeepAliveCadence: cadence, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Start(false, nil); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(m.Stop)
+			entries := make([]BatchEntry, tc.n)
+			for i := range entries {
+				entries[i].Session = ID(i + 1)
+				if _, err := m.Add(ID(i + 1)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for clk.Armed() == 0 { // the expiry loop's timer
+				runtime.Gosched()
+			}
+			base := clk.Armed()
+			ctx := context.Background()
+			round := func() {
+				var wg sync.WaitGroup
+				parked := 1
+				if tc.batch {
+					wg.Go(func() {
+						out := make([]BatchResult, len(entries))
+						if err := m.KeepAliveBatch(ctx, entries, out); err != nil {
+							b.Error(err)
+						}
+					})
+				} else {
+					parked = len(entries)
+					for _, e := range entries {
+						wg.Go(func() {
+							if _, err := m.KeepAlive(ctx, e.Session, 0); err != nil {
+								b.Error(err)
+							}
+						})
+					}
+				}
+				for clk.Armed() < base+parked {
+					runtime.Gosched()
+				}
+				clk.Advance(cadence)
+				wg.Wait()
+			}
+			round() // warm up
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			rounds := 0
+			for b.Loop() {
+				round()
+				rounds++
+			}
+			runtime.ReadMemStats(&after)
+			per := float64(rounds * tc.n)
+			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/per, "allocs/session-round")
+			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/per, "B/session-round")
+		})
+	}
 }

@@ -70,17 +70,36 @@ type sess struct {
 	// failoverSeq is the Seq of this session's fail-over event while it is
 	// unacknowledged, 0 otherwise.
 	failoverSeq uint64
-	parked      *waiter
+	// parked is the batch in which the session's KeepAlive is parked, at
+	// slot; nil if none is.
+	parked *waiter
+	slot   int
 }
 
-// waiter is a parked KeepAlive.
+// waiter is a parked batch of KeepAlives (KeepAliveBatch; KeepAlive parks
+// a batch of one). Its fields other than wake are guarded by the
+// Manager's mu.
 type waiter struct {
-	wake chan struct{} // buffer of one; a send means "look again"
-	err  error         // set, under mu, when the waiter is released with an error
-	// superseded is set, under mu, when a newer KeepAlive replaced this
-	// one: its answer.
-	superseded *Reply
-	arrived    monotime.Time // when the KeepAlive arrived
+	wake  chan struct{} // buffer of one; a send means "look again"
+	slots []slot        // one per entry, in the order accepted
+	// open counts the slots not yet done; when it drops to zero the
+	// batch's goroutine is woken to return.
+	open int
+	// stopped is set when Stop ended the term while the batch was parked.
+	stopped bool
+	// closed is set once the batch is answered or ended: no entry may
+	// join it any more (Batch.Join).
+	closed bool
+}
+
+// slot is one entry of a parked batch.
+type slot struct {
+	s       *sess         // nil if the entry was refused at arrival
+	arrived monotime.Time // when the entry arrived: its Held counts from it
+	done    bool          // answered, superseded, or ended with err
+	// reply is the answer once done, unless err is set.
+	reply Reply
+	err   error
 }
 
 // Manager keeps the sessions of one master term. See the package doc for its
@@ -223,8 +242,10 @@ func (m *Manager) Stop() {
 		wasServing := m.mu.state == stateServing
 		m.mu.state = stateStopped
 		for _, s := range m.mu.sessions {
-			if s.parked != nil {
+			if w := s.parked; w != nil {
+				w.stopped = true
 				m.releaseLocked(s, ErrNotServing)
+				w.signal()
 			}
 		}
 		m.mu.sessions = map[ID]*sess{}
@@ -435,13 +456,28 @@ func (m *Manager) renewLocked(s *sess, now monotime.Time) {
 	m.mu.leases.fix(s)
 }
 
-// releaseLocked ends the session's parked KeepAlive with err.
+// releaseLocked ends the session's parked KeepAlive with err; the rest of
+// its batch stays parked.
 // REQUIRES: m.mu held; s.parked != nil.
 func (m *Manager) releaseLocked(s *sess, err error) {
+	m.settleLocked(s, Reply{}, err)
+}
+
+// settleLocked ends the session's parked KeepAlive with r or err, and
+// wakes its batch if that was the batch's last open entry.
+// REQUIRES: m.mu held; s.parked != nil.
+func (m *Manager) settleLocked(s *sess, r Reply, err error) {
 	w := s.parked
 	s.parked = nil
-	w.err = err
-	w.signal()
+	sl := &w.slots[s.slot]
+	if sl.done || sl.s != s {
+		panic("session: invariant broken: a session parked in a slot that is not its own")
+	}
+	sl.reply, sl.err, sl.done = r, err, true
+	w.open--
+	if w.open == 0 {
+		w.signal()
+	}
 }
 
 // clearFailoverLocked counts the session's fail-over event as settled.
@@ -488,6 +524,9 @@ func (m *Manager) checkLocked(s *sess) {
 		s.q.check(m.cfg.MaxEvents)
 		if s.expiring != (s.heapIdx < 0) {
 			panic("session: invariant broken: expiring flag disagrees with leaseIndex membership")
+		}
+		if w := s.parked; w != nil && (s.slot >= len(w.slots) || w.slots[s.slot].s != s || w.slots[s.slot].done) {
+			panic("session: invariant broken: a parked session's slot is not its own or is done")
 		}
 	}
 	if !invariants.Sometimes(10) {

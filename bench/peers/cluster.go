@@ -127,3 +127,29 @@ func (c *scriptCluster) Healthy(ctx context.Context) error {
 		}
 	}
 }
+
+// Pause stops member's process (SIGSTOP): bench's failover-pause.
+func (c *scriptCluster) Pause(ctx context.Context, member int) error {
+	return c.kill(ctx, member, syscall.SIGSTOP)
+}
+
+// Resume continues member's process (SIGCONT).
+func (c *scriptCluster) Resume(ctx context.Context, member int) error {
+	return c.kill(ctx, member, syscall.SIGCONT)
+}
+
+// kill sends sig to member's process without waiting.
+func (c *scriptCluster) kill(ctx context.Context, member int, sig syscall.Signal) error {
+	m, err := c.members(ctx)
+	if err != nil {
+		return err
+	}
+	pid, ok := m[member]
+	if !ok {
+		return fmt.Errorf("peers: member %d is not running", member)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("peers: %v to member %d (pid %d): %w", sig, member, pid, err)
+	}
+	return nil
+}

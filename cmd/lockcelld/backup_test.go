@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,47 +19,6 @@ import (
 	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/namespace"
 )
-
-// initProcCell writes a cell of n replicas named name with `lockcelld
-// init`, and starts nothing.
-func initProcCell(t *testing.T, name string, n int) *procCell {
-	t.Helper()
-	c := &procCell{t: t, bin: lockcelldBinary(t), dir: filepath.Join(t.TempDir(), name), n: n,
-		procs: map[int]*exec.Cmd{}, logs: map[int]*syncBuffer{}, httpc: &http.Client{Timeout: 2 * time.Second}}
-	udp := freePorts(t, "udp", n)
-	tcp := freePorts(t, "tcp", n)
-	var addrs []string
-	for i := range n {
-		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", udp[i]))
-		c.http = append(c.http, fmt.Sprintf("127.0.0.1:%d", tcp[i]))
-	}
-	var out bytes.Buffer
-	if code := run([]string{"init", "--dir", c.dir, "--cell", name, "--replicas", strings.Join(addrs, ","), "--fault-injection"}, &out, &out); code != 0 {
-		t.Fatalf("init exited %d: %s", code, out.String())
-	}
-	for id := 1; id <= n; id++ {
-		fc, err := readFileConfig(c.configFile(id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fc.HTTPAddr = c.http[id-1]
-		b, _ := json.Marshal(fc)
-		if err := os.WriteFile(c.configFile(id), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c.logs[id] = &syncBuffer{}
-	}
-	t.Cleanup(func() {
-		for id, p := range c.procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-			if t.Failed() {
-				t.Logf("cell %s replica %d log (tail):\n%s", name, id, tail(c.logs[id].String(), 40))
-			}
-		}
-	})
-	return c
-}
 
 // runCmd runs lockcelld in-process and returns its exit code and output.
 func runCmd(args ...string) (int, string) {

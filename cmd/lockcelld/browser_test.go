@@ -85,7 +85,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}) {
 		t.Fatalf("replica %d never knew master %d and heard all its peers: %+v", view, m, st)
 	}
-	url := "http://" + c.http[view-1] + "/"
+	url := "http://" + c.httpAddr(view) + "/"
 	dir := t.TempDir()
 
 	dom := runChromium(ctx, t, chromium, dir, "--virtual-time-budget=7000", "--dump-dom", url)

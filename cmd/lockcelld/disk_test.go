@@ -98,8 +98,8 @@ func (c *procCell) expectRebuilt(id int, w *writer, kinds ...string) {
 	if v, ok := c.metric(id, `lockcell_state_losses_total{kind="`+rs.Kind+`"}`); !ok || v != 1 {
 		c.t.Fatalf("replica %d: lockcell_state_losses_total{kind=%q} = %v (%v), want 1", id, rs.Kind, v, ok)
 	}
-	if !strings.Contains(c.logs[id].String(), "REPLICA LOST DURABLE STATE") {
-		c.t.Fatalf("replica %d logged no loss:\n%s", id, tail(c.logs[id].String(), 20))
+	if !strings.Contains(c.log(id), "REPLICA LOST DURABLE STATE") {
+		c.t.Fatalf("replica %d logged no loss:\n%s", id, tail(c.log(id), 20))
 	}
 	before := w.count()
 	sawLearner := false
@@ -120,7 +120,7 @@ func (c *procCell) expectRebuilt(id int, w *writer, kinds ...string) {
 	if v, ok := c.metric(id, "lockcell_rebuilding"); !ok || v != 0 {
 		c.t.Fatalf("replica %d rebuilt but lockcell_rebuilding = %v (%v)", id, v, ok)
 	}
-	if !strings.Contains(c.logs[id].String(), "rebuild complete") {
+	if !strings.Contains(c.log(id), "rebuild complete") {
 		c.t.Fatalf("replica %d logged no end of its rebuild", id)
 	}
 	c.waitFor("20 more acknowledged creates", 60*time.Second, func() bool { return w.count() >= before+20 })

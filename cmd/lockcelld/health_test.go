@@ -13,7 +13,7 @@ import (
 // probe GETs path on replica id's HTTP listener and returns the status
 // code and body (code 0 if the request failed).
 func (c *procCell) probe(ctx context.Context, id int, path string) (int, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.http[id-1]+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.httpAddr(id)+path, nil)
 	if err != nil {
 		return 0, err.Error()
 	}

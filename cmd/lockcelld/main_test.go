@@ -2,20 +2,18 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
+	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/internal/proccell"
 )
 
 // freePorts returns n free loopback ports of the given network.
@@ -50,75 +48,30 @@ func TestServeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs processes")
 	}
-	dir := t.TempDir()
-	bin := lockcelldBinary(t)
-	udp := freePorts(t, "udp", 3)
-	httpPorts := freePorts(t, "tcp", 3)
-	var addrs []string
-	for _, p := range udp {
-		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p))
-	}
-	var out bytes.Buffer
-	if code := run([]string{"init", "--dir", dir + "/cell", "--cell", "proc", "--replicas", strings.Join(addrs, ",")}, &out, &out); code != 0 {
-		t.Fatalf("init exited %d: %s", code, out.String())
-	}
-	procs := map[int]*exec.Cmd{}
-	for i := range addrs {
-		cfgFile := filepath.Join(dir, "cell", fmt.Sprintf("replica-%d.json", i+1))
-		// Give each replica an HTTP listener for the test to watch.
-		fc, err := readFileConfig(cfgFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fc.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", httpPorts[i])
-		b, _ := json.Marshal(fc)
-		if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "serve", "--config", cfgFile, "--log-level", "warn")
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[i+1] = cmd
-	}
-	t.Cleanup(func() {
-		for _, p := range procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-		}
-	})
-	status := func(id int) (api.CellStatusResponse, bool) {
-		var st api.CellStatusResponse
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", httpPorts[id-1]))
-		if err != nil {
-			return st, false
-		}
-		defer resp.Body.Close()
-		return st, json.NewDecoder(resp.Body).Decode(&st) == nil
-	}
-	waitMaster := func(not int) int {
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			for id := range procs {
-				if st, ok := status(id); ok && st.Master == uint64(id) && id != not {
-					return id
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatal("no master within 30s")
-		return 0
-	}
-	master := waitMaster(0)
-	if err := procs[master].Process.Signal(syscall.SIGTERM); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := proccell.Start(ctx, proccell.Config{Binary: lockcelldBinary(t), Dir: filepath.Join(t.TempDir(), "cell"), Name: "proc", Replicas: 3})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := procs[master].Wait(); err != nil {
+	t.Cleanup(c.KillAll)
+	master, err := c.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(ctx, master, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Process(master).Err(); err != nil {
 		t.Fatalf("master exited with %v after SIGTERM", err)
 	}
-	delete(procs, master)
-	next := waitMaster(master)
+	next, err := c.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == master {
+		t.Fatalf("replica %d reported master after it exited", next)
+	}
 	t.Logf("replica %d handed over to replica %d", master, next)
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/proccell"
 )
 
 // A cell of real `lockcelld serve` processes for the tests in this
@@ -83,14 +84,15 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// procCell is a cell of `lockcelld serve` processes run by
+// internal/proccell, seen through this package's tests: replica ids are
+// ints, failures fail the test.
 type procCell struct {
-	t     *testing.T
-	bin   string
-	dir   string // the cell directory lockcelld init wrote
-	n     int
-	http  []string
-	procs map[int]*exec.Cmd
-	logs  map[int]*syncBuffer
+	t  *testing.T
+	pc *proccell.Cell
+	// dir is the cell directory lockcelld init wrote.
+	dir string
+	n   int
 	// tenant is the client config of tenant "t".
 	tenant client.Config
 	httpc  *http.Client
@@ -110,43 +112,80 @@ func startProcCell(t *testing.T, n int) *procCell {
 	return c
 }
 
+// initProcCell writes a cell of n replicas named name with `lockcelld
+// init` (fault injection on, replicas logging at info), and starts
+// nothing. The processes are killed when the test ends; the logs of a
+// failed test are shown.
+func initProcCell(t *testing.T, name string, n int) *procCell {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pc, err := proccell.Init(ctx, proccell.Config{Binary: lockcelldBinary(t), Dir: filepath.Join(t.TempDir(), name), Name: name,
+		Replicas: n, FaultInjection: true, Knobs: proccell.Knobs{LogLevel: "info"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &procCell{t: t, pc: pc, dir: pc.Dir(), n: n, httpc: &http.Client{Timeout: 2 * time.Second}}
+	t.Cleanup(func() {
+		for id := 1; id <= n; id++ {
+			if run, _ := pc.Running(uint64(id)); run {
+				pc.Kill(uint64(id))
+				if t.Failed() {
+					t.Logf("cell %s replica %d log (tail):\n%s", name, id, tail(c.log(id), 40))
+				}
+			}
+		}
+	})
+	return c
+}
+
+// log returns what replica id has written to its log so far.
+func (c *procCell) log(id int) string {
+	b, err := os.ReadFile(c.pc.LogFile(uint64(id)))
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
 func tail(s string, lines int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(l[max(0, len(l)-lines):], "\n")
 }
 
-func (c *procCell) configFile(id int) string {
-	return filepath.Join(c.dir, fmt.Sprintf("replica-%d.json", id))
-}
+func (c *procCell) configFile(id int) string { return c.pc.ConfigFile(uint64(id)) }
 
 // dataDir is replica id's data directory.
-func (c *procCell) dataDir(id int) string {
-	return filepath.Join(c.dir, "data", fmt.Sprintf("replica-%d", id))
+func (c *procCell) dataDir(id int) string { return c.pc.DataDir(uint64(id)) }
+
+// httpAddr is replica id's HTTP listener.
+func (c *procCell) httpAddr(id int) string { return c.pc.HTTPAddr(uint64(id)) }
+
+// running reports whether replica id's process runs.
+func (c *procCell) running(id int) bool {
+	run, _ := c.pc.Running(uint64(id))
+	return run
 }
 
 // start starts replica id's process.
 func (c *procCell) start(id int) {
 	c.t.Helper()
-	cmd := exec.Command(c.bin, "serve", "--config", c.configFile(id), "--log-level", "info")
-	cmd.Stderr = c.logs[id]
-	if err := cmd.Start(); err != nil {
+	if err := c.pc.StartReplica(uint64(id)); err != nil {
 		c.t.Fatal(err)
 	}
-	c.procs[id] = cmd
 }
 
 // stop stops replica id with sig and waits for the process to end.
 func (c *procCell) stop(id int, sig syscall.Signal) {
 	c.t.Helper()
-	p := c.procs[id]
-	if p == nil {
+	if !c.running(id) {
 		return
 	}
-	if err := p.Process.Signal(sig); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.pc.Stop(ctx, uint64(id), sig); err != nil {
 		c.t.Fatal(err)
 	}
-	_ = p.Wait()
-	delete(c.procs, id)
 }
 
 // procStatus is replica's /status: the CellStatus answer and the rebuild.
@@ -158,7 +197,7 @@ type procStatus struct {
 // status reads replica id's /status.
 func (c *procCell) status(id int) (procStatus, bool) {
 	var st procStatus
-	resp, err := c.httpc.Get("http://" + c.http[id-1] + "/status")
+	resp, err := c.httpc.Get("http://" + c.httpAddr(id) + "/status")
 	if err != nil {
 		return st, false
 	}
@@ -169,7 +208,7 @@ func (c *procCell) status(id int) (procStatus, bool) {
 // metric returns the value of the metric line that starts with name (name
 // including any labels), or false.
 func (c *procCell) metric(id int, name string) (float64, bool) {
-	resp, err := c.httpc.Get("http://" + c.http[id-1] + "/metrics")
+	resp, err := c.httpc.Get("http://" + c.httpAddr(id) + "/metrics")
 	if err != nil {
 		return 0, false
 	}
@@ -187,7 +226,7 @@ func (c *procCell) metric(id int, name string) (float64, bool) {
 // faults posts a fault-injection request to replica id.
 func (c *procCell) faults(id int, path, body string) {
 	c.t.Helper()
-	resp, err := c.httpc.Post("http://"+c.http[id-1]+"/debug/faults/"+path, "application/json", strings.NewReader(body))
+	resp, err := c.httpc.Post("http://"+c.httpAddr(id)+"/debug/faults/"+path, "application/json", strings.NewReader(body))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -221,7 +260,10 @@ func (c *procCell) waitFor(what string, limit time.Duration, cond func() bool) {
 
 // master returns the replica that reports itself master, or 0.
 func (c *procCell) master() int {
-	for id := range c.procs {
+	for id := 1; id <= c.n; id++ {
+		if !c.running(id) {
+			continue
+		}
 		if st, ok := c.status(id); ok && st.Master == uint64(id) && st.Role == "master" {
 			return id
 		}
@@ -241,7 +283,7 @@ func (c *procCell) waitMaster() int {
 func (c *procCell) followers(master int) []int {
 	var out []int
 	for id := 1; id <= c.n; id++ {
-		if _, ok := c.procs[id]; ok && id != master {
+		if c.running(id) && id != master {
 			out = append(out, id)
 		}
 	}
@@ -400,7 +442,10 @@ func (c *procCell) diverged() string {
 		id  int
 		sum api.Checksum
 	}{}
-	for id := range c.procs {
+	for id := 1; id <= c.n; id++ {
+		if !c.running(id) {
+			continue
+		}
 		st, ok := c.status(id)
 		if !ok {
 			continue
@@ -420,7 +465,10 @@ func (c *procCell) diverged() string {
 // slot and checksum.
 func (c *procCell) converged() bool {
 	var first *procStatus
-	for id := range c.procs {
+	for id := 1; id <= c.n; id++ {
+		if !c.running(id) {
+			continue
+		}
 		st, ok := c.status(id)
 		if !ok {
 			return false

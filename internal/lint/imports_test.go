@@ -18,7 +18,8 @@ const module = "github.com/lockcell/lockcell"
 // packages of ours its non-test files may import. It is the table in
 // ../shared/STYLE.md ("Package dependency direction"), which mirrors the layer
 // picture in ../shared/DESIGN.md. Every package may import internal/...
-// helpers; internal/... packages may import only each other. A package is
+// helpers (but see internalLimited); internal/... packages may import only
+// each other. A package is
 // matched by its longest listed prefix ("tools" covers tools/nemesis).
 // Beyond the DESIGN.md picture, packages within tools/ may import each
 // other (tools/nemesis reuses tools/fencedkv), and so may packages within
@@ -34,23 +35,43 @@ const module = "github.com/lockcell/lockcell"
 // for the frame type of a streamed reply (SaveSnapshot). cell/celltest's
 // "transport" includes the simulated network, transport/memnet.
 var allowed = map[string][]string{
-	"paxos":           {},
-	"paxos/paxostest": {"paxos"},
-	"sequencer":       {},
-	"api":             {},
-	"transport":       {},
-	"namespace":       {"api", "sequencer"},
-	"session":         {"api"},
-	"cell":            {"paxos", "namespace", "session", "sequencer", "api", "transport"},
-	"cell/celltest":   {"cell", "client", "api", "transport", "transport/memnet"},
-	"client":          {"api", "transport", "sequencer"},
-	"client/operator": {"client", "api", "transport"},
-	"cmd/lockcelld":   {"cell", "client", "client/operator", "api"},
-	"cmd/lockctl":     {"client", "client/operator", "api"},
-	"tools":           {"client", "client/operator", "api", "sequencer", "cell", "cell/celltest", "namespace", "paxos", "transport"},
-	"bench":           {"client", "client/operator", "api", "sequencer", "cell", "cell/celltest"},
-	"internal":        {},
+	"paxos":             {},
+	"paxos/paxostest":   {"paxos"},
+	"sequencer":         {},
+	"api":               {},
+	"transport":         {},
+	"namespace":         {"api", "sequencer"},
+	"session":           {"api"},
+	"cell":              {"paxos", "namespace", "session", "sequencer", "api", "transport"},
+	"cell/celltest":     {"cell", "client", "api", "transport", "transport/memnet"},
+	"client":            {"api", "transport", "sequencer"},
+	"client/operator":   {"client", "api", "transport"},
+	"cmd/lockcelld":     {"cell", "client", "client/operator", "api"},
+	"cmd/lockctl":       {"client", "client/operator", "api"},
+	"tools":             {"client", "client/operator", "api", "sequencer", "cell", "cell/celltest", "namespace", "paxos", "transport"},
+	"bench":             {"client", "client/operator", "api", "sequencer", "cell", "cell/celltest"},
+	"internal":          {},
+	"internal/proccell": {"api", "client", "client/operator", "transport"},
 }
+
+// internalLimited lists the packages that may import only the listed
+// internal/... helpers, not every one: paxos and sequencer stay free of the
+// rest of the tree (sequencer is linked by protected servers; paxos is a
+// pure state machine), and internal/wire, which both use, imports nothing
+// of ours.
+var internalLimited = map[string][]string{
+	"paxos":         {"internal/wire"},
+	"sequencer":     {"internal/wire"},
+	"internal/wire": {},
+}
+
+// stdOnly lists the packages whose non-test files may import only the
+// standard library (no third-party module either).
+var stdOnly = []string{"sequencer", "internal/wire"}
+
+// topLayerInternal are internal packages that belong to the top layer:
+// only cmd, tools and bench, and tests, may import them.
+var topLayerInternal = []string{"internal/proccell"}
 
 // pureCoreForbidden are standard-library imports the paxos core must not use:
 // it is a deterministic state machine (DESIGN.md). Only its Pebble storage
@@ -67,11 +88,14 @@ type edge struct {
 
 func TestImportDirection(t *testing.T) {
 	root := moduleRoot(t)
-	edges, stdImports := collect(t, root)
+	edges, stdImports, nonStd := collect(t, root)
 	for _, v := range checkEdges(edges) {
 		t.Error(v)
 	}
 	for _, v := range checkPaxosPurity(stdImports) {
+		t.Error(v)
+	}
+	for _, v := range checkStdOnly(nonStd) {
 		t.Error(v)
 	}
 }
@@ -93,6 +117,13 @@ func TestCheckerCatchesBadEdges(t *testing.T) {
 		{file: "bench/x.go", from: "bench", to: "tools/nemesis"},
 		{file: "client/x.go", from: "client", to: "client/operator"},
 		{file: "client/operator/x.go", from: "client/operator", to: "cell"},
+		{file: "paxos/x.go", from: "paxos", to: "internal/invariants"},
+		{file: "sequencer/x.go", from: "sequencer", to: "internal/certs"},
+		{file: "internal/wire/x.go", from: "internal/wire", to: "internal/invariants"},
+		{file: "cell/x.go", from: "cell", to: "internal/proccell"},
+		{file: "client/x.go", from: "client", to: "internal/proccell"},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "cell"},
+		{file: "internal/certs/x.go", from: "internal/certs", to: "internal/proccell"},
 	}
 	for _, e := range bad {
 		if v := checkEdges([]edge{e}); len(v) != 1 {
@@ -108,6 +139,15 @@ func TestCheckerCatchesBadEdges(t *testing.T) {
 		{file: "client/x_test.go", from: "client", to: "cell", isTest: true},
 		{file: "tools/nemesis/x.go", from: "tools/nemesis", to: "tools/fencedkv"},
 		{file: "bench/cmd/b/x.go", from: "bench/cmd/b", to: "bench"},
+		{file: "paxos/x.go", from: "paxos", to: "internal/wire"},
+		{file: "sequencer/x.go", from: "sequencer", to: "internal/wire"},
+		{file: "namespace/x.go", from: "namespace", to: "internal/wire"},
+		{file: "paxos/x_test.go", from: "paxos", to: "internal/invariants", isTest: true},
+		{file: "bench/x.go", from: "bench", to: "internal/proccell"},
+		{file: "tools/nemesis/x.go", from: "tools/nemesis", to: "internal/proccell"},
+		{file: "cmd/lockcelld/x_test.go", from: "cmd/lockcelld", to: "internal/proccell", isTest: true},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "client"},
+		{file: "internal/proccell/x.go", from: "internal/proccell", to: "internal/certs"},
 	}
 	if v := checkEdges(good); len(v) != 0 {
 		t.Errorf("allowed edges reported: %v", v)
@@ -116,6 +156,29 @@ func TestCheckerCatchesBadEdges(t *testing.T) {
 	if v := checkPaxosPurity(impure); len(v) != 1 {
 		t.Errorf("purity check: got %v, want exactly paxos/node.go reported", v)
 	}
+	third := map[string][]string{"internal/wire/x.go": {"github.com/vmihailenco/msgpack/v5"}, "namespace/x.go": {"github.com/cockroachdb/pebble/v2"}}
+	if v := checkStdOnly(third); len(v) != 1 {
+		t.Errorf("standard-library-only check: got %v, want exactly internal/wire/x.go reported", v)
+	}
+}
+
+// checkStdOnly reports third-party imports (nonStd: per non-test file) in
+// the stdOnly packages.
+func checkStdOnly(nonStd map[string][]string) []string {
+	var out []string
+	files := make([]string, 0, len(nonStd))
+	for f := range nonStd {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		if contains(stdOnly, filepath.ToSlash(filepath.Dir(f))) {
+			for _, imp := range nonStd[f] {
+				out = append(out, f+": imports "+imp+", but its package may import only the standard library")
+			}
+		}
+	}
+	return out
 }
 
 func checkEdges(edges []edge) []string {
@@ -137,7 +200,17 @@ func checkEdges(edges []edge) []string {
 			}
 			continue
 		}
-		if strings.HasPrefix(e.to, "internal/") && !strings.HasPrefix(e.from, "internal") {
+		if only, ok := internalLimited[e.from]; ok && strings.HasPrefix(e.to, "internal/") {
+			if !contains(only, e.to) {
+				out = append(out, e.file+": "+e.from+" imports "+e.to+"; of internal/... it may import only "+strings.Join(only, ", ")+" (internal/lint internalLimited)")
+			}
+			continue
+		}
+		if contains(topLayerInternal, e.to) && !isTopLayer(e.from) {
+			out = append(out, e.file+": "+e.from+" imports "+e.to+", a top-layer harness only cmd, tools and bench may import")
+			continue
+		}
+		if strings.HasPrefix(e.to, "internal/") && (!strings.HasPrefix(e.from, "internal") || contains(topLayerInternal, e.from)) {
 			continue
 		}
 		key, ok := tableKey(e.from)
@@ -145,7 +218,7 @@ func checkEdges(edges []edge) []string {
 			out = append(out, e.file+": package "+e.from+" is not in the layer table (internal/lint/imports_test.go); add it there and to DESIGN.md")
 			continue
 		}
-		if strings.HasPrefix(key, "internal") {
+		if strings.HasPrefix(key, "internal") && !contains(topLayerInternal, key) {
 			if !strings.HasPrefix(e.to, "internal/") {
 				out = append(out, e.file+": internal helper "+e.from+" imports "+e.to)
 			}
@@ -237,11 +310,13 @@ func moduleRoot(t *testing.T) string {
 
 // collect parses every .go file of the main module (not testdata, not nested
 // modules such as bench/peers) and returns the import edges between our
-// packages, and per non-test file its standard-library imports.
-func collect(t *testing.T, root string) ([]edge, map[string][]string) {
+// packages, and per non-test file its standard-library imports and its
+// third-party ones.
+func collect(t *testing.T, root string) ([]edge, map[string][]string, map[string][]string) {
 	t.Helper()
 	var edges []edge
 	std := map[string][]string{}
+	nonStd := map[string][]string{}
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -280,6 +355,8 @@ func collect(t *testing.T, root string) ([]edge, map[string][]string) {
 				edges = append(edges, edge{file: filepath.ToSlash(rel), from: from, to: to, isTest: isTest})
 			case !strings.Contains(strings.Split(p, "/")[0], ".") && !isTest:
 				std[filepath.ToSlash(rel)] = append(std[filepath.ToSlash(rel)], p)
+			case !isTest:
+				nonStd[filepath.ToSlash(rel)] = append(nonStd[filepath.ToSlash(rel)], p)
 			}
 		}
 		return nil
@@ -287,5 +364,5 @@ func collect(t *testing.T, root string) ([]edge, map[string][]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return edges, std
+	return edges, std, nonStd
 }

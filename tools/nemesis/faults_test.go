@@ -9,9 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/proccell"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -24,8 +24,7 @@ func TestSetFaultsWire(t *testing.T) {
 	mux.Handle("/debug/faults/", http.StripPrefix("/debug/faults", f.Handler()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	c := &Cluster{httpc: &http.Client{Timeout: 2 * time.Second},
-		reps: []*replica{{id: 1, httpAddr: strings.TrimPrefix(srv.URL, "http://")}}}
+	c := &Cluster{Cell: proccell.Attach([]proccell.Attached{{HTTPAddr: strings.TrimPrefix(srv.URL, "http://")}})}
 	ctx := context.Background()
 	if err := c.FaultsAvailable(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -63,8 +62,7 @@ func TestMasterOfStatus(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(&st)
 	}))
 	defer srv.Close()
-	c := &Cluster{httpc: &http.Client{Timeout: 2 * time.Second},
-		reps: []*replica{{id: 1, httpAddr: strings.TrimPrefix(srv.URL, "http://")}}}
+	c := &Cluster{Cell: proccell.Attach([]proccell.Attached{{HTTPAddr: strings.TrimPrefix(srv.URL, "http://")}})}
 	set(api.CellStatusResponse{Replica: 1, Role: api.RoleMaster, Master: 1, Epoch: api.Epoch(7<<16 | 1)})
 	ms, err := c.MasterOf(context.Background(), 1)
 	if err != nil || !ms.Master || ms.Epoch != "7.1" {

@@ -16,6 +16,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/proccell"
 	"github.com/lockcell/lockcell/tools/fencedkv"
 )
 
@@ -87,13 +88,12 @@ func TestUnappliedFault(t *testing.T) {
 	if err != nil {
 		t.Skip("no sleep binary")
 	}
-	p, err := startProc("sleeper", []string{sleeper, "60"}, t.TempDir()+"/log", nil, nil)
+	p, err := proccell.StartProcess(proccell.ProcessSpec{Name: "sleeper", Argv: []string{sleeper, "60"}, LogFile: t.TempDir() + "/log"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.kill()
-	c := &Cluster{httpc: &http.Client{Timeout: 2 * time.Second},
-		reps: []*replica{{id: 1, httpAddr: strings.TrimPrefix(srv.URL, "http://"), p: p}}}
+	defer p.Kill()
+	c := &Cluster{Cell: proccell.Attach([]proccell.Attached{{Process: p, HTTPAddr: strings.TrimPrefix(srv.URL, "http://")}})}
 	r := &run{log: slog.New(slog.DiscardHandler), rng: rand.New(rand.NewPCG(1, 2)), c: c, faults: map[string]int{}}
 	applied, retry := r.try(context.Background(), FaultIsolateMaster, time.Millisecond)
 	if applied || retry {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/internal/proccell"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -300,7 +301,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	}
 	defer func() {
 		for _, w := range workers {
-			w.p.kill()
+			w.p.Kill()
 		}
 	}()
 
@@ -437,7 +438,7 @@ const (
 type workerProc struct {
 	id    int
 	role  string
-	p     *proc
+	p     *proccell.Process
 	stdin io.WriteCloser
 	mu    sync.Mutex // serializes writes to stdin
 	done  chan struct{}
@@ -497,8 +498,8 @@ func (r *run) startWorkers() ([]*workerProc, error) {
 		if err != nil {
 			return out, err
 		}
-		p, err := startProc(fmt.Sprintf("worker %d", id), r.opts.WorkerArgv(file),
-			filepath.Join(r.dir, "logs", fmt.Sprintf("worker-%d.log", id)), stdinR, stdoutW, env...)
+		p, err := proccell.StartProcess(proccell.ProcessSpec{Name: fmt.Sprintf("worker %d", id), Argv: r.opts.WorkerArgv(file),
+			LogFile: filepath.Join(r.dir, "logs", fmt.Sprintf("worker-%d.log", id)), Stdin: stdinR, Stdout: stdoutW, Env: env})
 		stdinR.Close()
 		stdoutW.Close()
 		if err != nil {
@@ -581,7 +582,7 @@ func (r *run) pauseZombie(w *workerProc) {
 		return
 	}
 	stop := MonoNow()
-	if err := w.p.signal(syscall.SIGSTOP); err != nil {
+	if err := w.p.Signal(syscall.SIGSTOP); err != nil {
 		r.note("stopping zombie worker %d: %v", w.id, err)
 		return
 	}
@@ -597,7 +598,7 @@ func (r *run) pauseZombie(w *workerProc) {
 		}
 	}
 	cont := MonoNow()
-	if err := w.p.signal(syscall.SIGCONT); err != nil {
+	if err := w.p.Signal(syscall.SIGCONT); err != nil {
 		r.note("continuing zombie worker %d: %v", w.id, err)
 	}
 	r.record(Entry{Source: "nemesis", Type: TypeStopped, Worker: w.id, Start: stop, End: cont})
@@ -611,7 +612,7 @@ func (r *run) stopWorkers(ws []*workerProc) {
 	r.mu.Unlock()
 	r.zombies.Wait()
 	for _, w := range ws {
-		_ = w.p.signal(syscall.SIGCONT)
+		_ = w.p.Signal(syscall.SIGCONT)
 		w.mu.Lock()
 		w.stdin.Close()
 		w.mu.Unlock()
@@ -619,10 +620,10 @@ func (r *run) stopWorkers(ws []*workerProc) {
 	deadline := time.After(15 * time.Second)
 	for _, w := range ws {
 		select {
-		case <-w.p.done:
+		case <-w.p.Done():
 		case <-deadline:
 		}
-		w.p.kill()
+		w.p.Kill()
 		<-w.done
 	}
 }

@@ -1,10 +1,10 @@
-package nemesis
+package proccell
 
 import "syscall"
 
 // sysProcAttr puts a child in its own process group (so that SIGSTOP,
-// SIGCONT and SIGKILL reach it and anything it starts) and kills it if the
-// nemesis dies.
+// SIGCONT and SIGKILL reach it and anything it starts) and kills it if
+// this process dies.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package nemesis
+package proccell
 
 import "syscall"
 

@@ -1,0 +1,461 @@
+package cell
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/namespace"
+)
+
+// lockQueues holds the FIFO queues of blocked Acquire calls at this master,
+// one per lock path, and decides whose Acquire goes to Paxos next. A
+// release wakes exactly the head of the lock's queue (and, for shared
+// grants, the run of shared waiters behind it): no thundering herd. At most
+// one Acquire per lock is in Paxos at a time, the head's.
+//
+// # A canceled Acquire leaves nothing behind
+//
+// A caller that gives up (its context ends) leaves no waiter in the queue
+// and no lock held by its session, whenever it gives up:
+//
+//   - While queued behind others, or at the head with no Acquire in
+//     flight: cancel takes it out; its Acquire is never proposed.
+//   - While its Acquire is in Paxos: cancel leaves it at the head (the
+//     in-flight Acquire is its), and headOutcome takes it out when the
+//     outcome arrives; a grant it got is released.
+//   - After its grant was delivered but before it read it: cancel finds the
+//     grant in the waiter's result and releases it.
+//
+// The last two never both happen and never neither: the caller closes
+// gone before it takes mu, and headOutcome reads gone and delivers the
+// grant under mu, so either headOutcome sees gone (and releases), or the
+// grant is in the result when cancel looks. A try (an Acquire that does
+// not wait) follows the same protocol without a queue.
+//
+// lockQueues holds no *Replica: it reaches Paxos through a lockProposer and
+// the rest of the master through the func fields of lockDeps, so it is
+// tested alone (lockqueue_test.go). Its methods are safe for concurrent
+// use; wait and try block, the others do not.
+type lockQueues struct {
+	deps lockDeps
+
+	mu struct {
+		sync.Mutex
+		queues map[string]*lockQueue
+		// stopped is the error every waiter was told when the master role
+		// ended; nil while it serves.
+		stopped error
+	}
+}
+
+// lockProposer is how lock queues reach Paxos.
+type lockProposer interface {
+	// acquire proposes op for caller and calls done exactly once with its
+	// applied result, on the run loop goroutine (or at once on the
+	// caller's, if it is refused); done must not block. A queued Acquire
+	// is never shed (waiters are bounded by MaxWaiters); a try may be.
+	acquire(caller namespace.Caller, op *namespace.Acquire, queued bool, done func(namespace.Result, error))
+	// release proposes op for caller and forgets it: it gives back a grant
+	// nobody waits for. It must not block and is never shed.
+	release(caller namespace.Caller, op *namespace.Release)
+}
+
+// lockDeps is what lockQueues needs besides Paxos.
+type lockDeps struct {
+	prop lockProposer
+	// conflict tells the holders of path that someone waits for it; it
+	// must not block.
+	conflict func(path string)
+	// now returns the cell's time (unix nanoseconds, as api.Error.Until of
+	// a lock-delay): while a lock-delay runs it follows this replica's
+	// monotonic clock, so the difference to Until is the real wait.
+	now func() (int64, error)
+	// waiting, if set, is told every change of the number of waiters.
+	waiting func(delta int)
+	// hook, if set, receives the outcome of each head's Acquire instead
+	// of handling it at once (see Config.headOutcomeHook).
+	hook func(path string, err error, gone <-chan struct{}, deliver func())
+}
+
+// lockQueue is the FIFO of sessions waiting for one lock.
+type lockQueue struct {
+	path    string
+	waiters []*lockWaiter
+	// inflight reports that an Acquire for the head is in Paxos.
+	inflight bool
+	// timer retries the head when a lock-delay ends.
+	timer *time.Timer
+}
+
+// lockWaiter is one blocked Acquire (or one try).
+type lockWaiter struct {
+	caller  namespace.Caller
+	session uint64
+	mode    api.LockMode
+	// result receives the outcome at most once (buffered).
+	result chan waitResult
+	once   sync.Once
+	// gone is closed when the caller stopped waiting (canceled).
+	gone chan struct{}
+}
+
+type waitResult struct {
+	granted *namespace.Granted
+	err     error
+}
+
+func newLockWaiter(caller namespace.Caller, sess uint64, mode api.LockMode) *lockWaiter {
+	return &lockWaiter{caller: caller, session: sess, mode: mode, result: make(chan waitResult, 1), gone: make(chan struct{})}
+}
+
+// finish delivers the outcome; a second call does nothing. It does not
+// block.
+func (w *lockWaiter) finish(g *namespace.Granted, err error) {
+	w.once.Do(func() { w.result <- waitResult{g, err} })
+}
+
+func (w *lockWaiter) abandoned() bool {
+	select {
+	case <-w.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+func newLockQueues(deps lockDeps) *lockQueues {
+	l := &lockQueues{deps: deps}
+	l.mu.queues = map[string]*lockQueue{}
+	return l
+}
+
+// wait queues an Acquire of path in mode for session sess of caller behind
+// the lock's other waiters and returns its grant, or the error that ended
+// it (the lock's node was deleted, the session ended, the master stopped,
+// ctx ended).
+func (l *lockQueues) wait(ctx context.Context, caller namespace.Caller, sess uint64, path string, mode api.LockMode) (*namespace.Granted, error) {
+	w := newLockWaiter(caller, sess, mode)
+	if err := l.enqueue(path, w); err != nil {
+		return nil, err
+	}
+	select {
+	case out := <-w.result:
+		return out.granted, out.err
+	case <-ctx.Done():
+		l.cancel(path, w)
+		return nil, ctxError(ctx)
+	}
+}
+
+// try proposes one Acquire of path that does not wait: it fails with
+// api.ErrLocked at once if others wait for the lock (a try never overtakes
+// them), and tells the holders of a held lock that someone wanted it.
+func (l *lockQueues) try(ctx context.Context, caller namespace.Caller, sess uint64, path string, mode api.LockMode) (*namespace.Granted, error) {
+	if l.queued(path) {
+		return nil, apiErr(api.Locked, "the lock is held and others are waiting for it")
+	}
+	w := newLockWaiter(caller, sess, mode)
+	l.deps.prop.acquire(caller, &namespace.Acquire{Session: sess, Path: path, Mode: mode}, false, func(res namespace.Result, err error) {
+		reply, err := result(res, err)
+		g, _ := reply.(*namespace.Granted)
+		l.mu.Lock()
+		gone := w.abandoned()
+		if !gone {
+			w.finish(g, err)
+		}
+		l.mu.Unlock()
+		if gone && g != nil {
+			l.release(w, path, g)
+		}
+	})
+	select {
+	case out := <-w.result:
+		if errors.Is(out.err, api.ErrLocked) {
+			l.deps.conflict(path)
+		}
+		return out.granted, out.err
+	case <-ctx.Done():
+		l.abandon(path, w)
+		return nil, ctxError(ctx)
+	}
+}
+
+// enqueue adds w behind the lock's other waiters and, if it is first, asks
+// for the lock at once. It fails if the master role ended.
+func (l *lockQueues) enqueue(path string, w *lockWaiter) error {
+	l.mu.Lock()
+	if err := l.mu.stopped; err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	q := l.mu.queues[path]
+	if q == nil {
+		q = &lockQueue{path: path}
+		l.mu.queues[path] = q
+	}
+	q.waiters = append(q.waiters, w)
+	l.waitingLocked(1)
+	l.mu.Unlock()
+	l.kick(path)
+	return nil
+}
+
+// cancel takes w (whose caller gave up) out of path's queue, unless its
+// Acquire is in Paxos (headOutcome then takes it out), and gives back a
+// grant delivered to it that it will not read.
+func (l *lockQueues) cancel(path string, w *lockWaiter) {
+	close(w.gone)
+	l.mu.Lock()
+	if q := l.mu.queues[path]; q != nil {
+		for i, x := range q.waiters {
+			if x != w {
+				continue
+			}
+			if i == 0 && q.inflight {
+				break // headOutcome sees gone when the outcome arrives
+			}
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			l.waitingLocked(-1)
+			l.dropIfEmptyLocked(q)
+			break
+		}
+	}
+	l.mu.Unlock()
+	l.reclaim(path, w)
+}
+
+// abandon marks a try's waiter gone and gives back a grant delivered to it
+// that it will not read.
+func (l *lockQueues) abandon(path string, w *lockWaiter) {
+	close(w.gone)
+	// Taking mu orders this after any outcome delivery that did not see
+	// gone (it delivers under mu).
+	l.mu.Lock()
+	l.mu.Unlock()
+	l.reclaim(path, w)
+}
+
+// reclaim releases a grant that was delivered to w before its caller gave
+// up. REQUIRES: w.gone closed, and mu taken and released since.
+func (l *lockQueues) reclaim(path string, w *lockWaiter) {
+	select {
+	case out := <-w.result:
+		if out.granted != nil {
+			l.release(w, path, out.granted)
+		}
+	default:
+	}
+}
+
+func (l *lockQueues) release(w *lockWaiter, path string, g *namespace.Granted) {
+	l.deps.prop.release(w.caller, &namespace.Release{Session: w.session, Path: path, Generation: g.Generation})
+}
+
+// count returns the number of blocked Acquire calls.
+func (l *lockQueues) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, q := range l.mu.queues {
+		n += len(q.waiters)
+	}
+	return n
+}
+
+// queued reports whether someone waits for path.
+func (l *lockQueues) queued(path string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.mu.queues[path]
+	return q != nil && len(q.waiters) > 0
+}
+
+// REQUIRES: l.mu held.
+func (l *lockQueues) waitingLocked(delta int) {
+	if l.deps.waiting != nil && delta != 0 {
+		l.deps.waiting(delta)
+	}
+}
+
+// REQUIRES: l.mu held.
+func (l *lockQueues) dropIfEmptyLocked(q *lockQueue) {
+	if len(q.waiters) == 0 && !q.inflight {
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+		if l.mu.queues[q.path] == q {
+			delete(l.mu.queues, q.path)
+		}
+	}
+}
+
+// kick proposes an Acquire for the head waiter of path, unless one is in
+// flight already or the master role ended.
+func (l *lockQueues) kick(path string) {
+	l.mu.Lock()
+	q := l.mu.queues[path]
+	if q == nil || q.inflight || len(q.waiters) == 0 || l.mu.stopped != nil {
+		l.mu.Unlock()
+		return
+	}
+	// Skip waiters that left while queued.
+	n := len(q.waiters)
+	for len(q.waiters) > 0 && q.waiters[0].abandoned() {
+		q.waiters = q.waiters[1:]
+	}
+	l.waitingLocked(len(q.waiters) - n)
+	if len(q.waiters) == 0 {
+		l.dropIfEmptyLocked(q)
+		l.mu.Unlock()
+		return
+	}
+	w := q.waiters[0]
+	q.inflight = true
+	l.mu.Unlock()
+	outcome := func(res namespace.Result, err error) { l.headOutcome(q, w, res, err) }
+	if hook := l.deps.hook; hook != nil {
+		direct := outcome
+		outcome = func(res namespace.Result, err error) {
+			e := err
+			if e == nil && res.Err != nil {
+				e = res.Err
+			}
+			hook(path, e, w.gone, func() { direct(res, err) })
+		}
+	}
+	l.deps.prop.acquire(w.caller, &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}, true, outcome)
+}
+
+// headOutcome handles the result of the head waiter's Acquire. It runs on
+// the run loop goroutine and must not block. A waiter canceled while its
+// Acquire was in Paxos leaves the queue here whatever the outcome, and a
+// grant it got is released (see the type's comment).
+func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, err error) {
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	g, _ := res.Reply.(*namespace.Granted)
+	l.mu.Lock()
+	q.inflight = false
+	gone := w.abandoned()
+	// w is still the head: while its Acquire is in flight nothing else
+	// removes it. The check keeps a surprise from dropping someone else.
+	atHead := len(q.waiters) > 0 && q.waiters[0] == w
+	var next, conflict bool
+	var delay time.Duration
+	switch {
+	case !atHead:
+		next = len(q.waiters) > 0
+	case err == nil && g != nil:
+		q.waiters = q.waiters[1:]
+		l.waitingLocked(-1)
+		// Shared grants let the next shared waiter in at once.
+		next = g.Mode == api.LockShared && len(q.waiters) > 0 && q.waiters[0].mode == api.LockShared
+	case gone:
+		// Canceled while in Paxos and not granted: it leaves now, and the
+		// next waiter gets its turn.
+		q.waiters = q.waiters[1:]
+		l.waitingLocked(-1)
+		next = len(q.waiters) > 0
+	case errors.Is(err, api.ErrLocked):
+		// Stay at the head; the release that frees the lock kicks again.
+		conflict = true
+	case errors.Is(err, api.ErrLockDelay):
+		delay = time.Millisecond
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			if now, err := l.deps.now(); err == nil && ae.Until-now > int64(delay) {
+				delay = time.Duration(ae.Until - now)
+			}
+		}
+	default:
+		// NotFound, SessionExpired, PermissionDenied, NotMaster...: this
+		// waiter is done; the next one gets its turn.
+		q.waiters = q.waiters[1:]
+		l.waitingLocked(-1)
+		next = len(q.waiters) > 0
+	}
+	if delay > 0 && l.mu.stopped == nil {
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+		q.timer = time.AfterFunc(delay, func() { l.kick(q.path) })
+	}
+	l.dropIfEmptyLocked(q)
+	release := g != nil && gone
+	switch {
+	case release:
+	case g != nil:
+		w.finish(g, nil)
+	case gone:
+	case err != nil && !errors.Is(err, api.ErrLocked) && !errors.Is(err, api.ErrLockDelay):
+		w.finish(nil, err)
+	}
+	l.mu.Unlock()
+	if release {
+		l.release(w, q.path, g)
+	}
+	if conflict {
+		l.deps.conflict(q.path)
+	}
+	if next {
+		go l.kick(q.path)
+	}
+}
+
+// lockFreed wakes the head waiter of a lock that became free, or fails
+// every waiter if its node is gone. It runs on the run loop goroutine and
+// does not block.
+func (l *lockQueues) lockFreed(f namespace.FreedLock) {
+	if !f.NodeDeleted {
+		go l.kick(f.Path)
+		return
+	}
+	l.mu.Lock()
+	q := l.mu.queues[f.Path]
+	var ws []*lockWaiter
+	inflight := q != nil && q.inflight
+	if q != nil && !q.inflight {
+		ws = q.waiters
+		q.waiters = nil
+		l.waitingLocked(-len(ws))
+		l.dropIfEmptyLocked(q)
+	}
+	l.mu.Unlock()
+	for _, w := range ws {
+		w.finish(nil, apiErr(api.NotFound, "the lock's node was deleted"))
+	}
+	if inflight {
+		go l.kick(f.Path)
+	}
+}
+
+// stop ends the queues with the master role: every waiter is told err,
+// and later Acquires fail with it at once.
+func (l *lockQueues) stop(err error) {
+	l.mu.Lock()
+	if l.mu.stopped != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.mu.stopped = err
+	// An outcome that arrives later finds its waiter gone from the queue
+	// (headOutcome: not at the head) and changes nothing.
+	var ws []*lockWaiter
+	for _, q := range l.mu.queues {
+		ws = append(ws, q.waiters...)
+		q.waiters = nil
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+	}
+	l.mu.queues = map[string]*lockQueue{}
+	l.waitingLocked(-len(ws))
+	l.mu.Unlock()
+	for _, w := range ws {
+		w.finish(nil, err)
+	}
+}

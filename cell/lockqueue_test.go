@@ -1,0 +1,391 @@
+package cell
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/namespace"
+)
+
+// fakeLockPaxos is a lockProposer whose Acquires the test answers by hand
+// and whose Releases it records.
+type fakeLockPaxos struct {
+	mu        sync.Mutex
+	acquires  []*proposedAcquire
+	releases  []namespace.Release
+	conflicts []string
+	gen       uint64
+}
+
+type proposedAcquire struct {
+	caller namespace.Caller
+	op     namespace.Acquire
+	queued bool
+	done   func(namespace.Result, error)
+}
+
+func (f *fakeLockPaxos) acquire(caller namespace.Caller, op *namespace.Acquire, queued bool, done func(namespace.Result, error)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.acquires = append(f.acquires, &proposedAcquire{caller, *op, queued, done})
+}
+
+func (f *fakeLockPaxos) release(caller namespace.Caller, op *namespace.Release) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.releases = append(f.releases, *op)
+}
+
+// take returns the Acquires proposed since the last take.
+func (f *fakeLockPaxos) take() []*proposedAcquire {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.acquires
+	f.acquires = nil
+	return out
+}
+
+// one returns the single Acquire proposed since the last take, for session
+// sess.
+func (f *fakeLockPaxos) one(t *testing.T, sess uint64) *proposedAcquire {
+	t.Helper()
+	got := f.take()
+	if len(got) != 1 || got[0].op.Session != sess {
+		var ss []uint64
+		for _, p := range got {
+			ss = append(ss, p.op.Session)
+		}
+		t.Fatalf("proposed Acquires for sessions %v, want exactly [%d]", ss, sess)
+	}
+	return got[0]
+}
+
+func (f *fakeLockPaxos) takeReleases() []namespace.Release {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.releases
+	f.releases = nil
+	return out
+}
+
+// grant answers p with a grant of a fresh generation and returns it.
+func (f *fakeLockPaxos) grant(p *proposedAcquire) uint64 {
+	f.mu.Lock()
+	f.gen++
+	gen := f.gen
+	f.mu.Unlock()
+	p.done(namespace.Result{Reply: &namespace.Granted{Tenant: p.caller.Tenant, Path: p.op.Path, Mode: p.op.Mode, Generation: gen}}, nil)
+	return gen
+}
+
+func (f *fakeLockPaxos) locked(p *proposedAcquire) {
+	p.done(namespace.Result{Err: apiErr(api.Locked, "held")}, nil)
+}
+
+func newTestLockQueues() (*lockQueues, *fakeLockPaxos) {
+	f := &fakeLockPaxos{}
+	l := newLockQueues(lockDeps{
+		prop: f,
+		conflict: func(path string) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.conflicts = append(f.conflicts, path)
+		},
+		now: func() (int64, error) { return time.Now().UnixNano(), nil },
+	})
+	return l, f
+}
+
+var lqCaller = namespace.Caller{Tenant: "t", Principal: "p"}
+
+type waitOut struct {
+	g   *namespace.Granted
+	err error
+}
+
+// goWait starts a blocking Acquire of path for sess and lets it queue.
+func goWait(ctx context.Context, l *lockQueues, sess uint64, path string, mode api.LockMode) <-chan waitOut {
+	ch := make(chan waitOut, 1)
+	go func() {
+		g, err := l.wait(ctx, lqCaller, sess, path, mode)
+		ch <- waitOut{g, err}
+	}()
+	synctest.Wait()
+	return ch
+}
+
+func waiting(ch <-chan waitOut) bool {
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
+
+// Waiters get the lock in arrival order, one Acquire in Paxos at a time,
+// and a release wakes only the head.
+func TestLockQueuesFIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, f := newTestLockQueues()
+		var ws []<-chan waitOut
+		for sess := uint64(1); sess <= 3; sess++ {
+			ws = append(ws, goWait(t.Context(), l, sess, "/t/l", api.LockExclusive))
+		}
+		if n := l.count(); n != 3 {
+			t.Fatalf("count = %d, want 3", n)
+		}
+		// A held lock keeps its head at the head and tells the holders.
+		f.locked(f.one(t, 1))
+		synctest.Wait()
+		if got := f.take(); len(got) != 0 {
+			t.Fatalf("a refused head let %d more Acquires into Paxos", len(got))
+		}
+		if !slices.Equal(f.conflicts, []string{"/t/l"}) {
+			t.Fatalf("conflicts told %v, want [/t/l]", f.conflicts)
+		}
+		for sess := uint64(1); sess <= 3; sess++ {
+			if sess > 1 {
+				// Only the release of the previous grant wakes the next.
+				synctest.Wait()
+				if got := f.take(); len(got) != 0 {
+					t.Fatalf("session %d's Acquire went to Paxos before the lock was freed", sess)
+				}
+			}
+			l.lockFreed(namespace.FreedLock{Path: "/t/l"})
+			synctest.Wait()
+			gen := f.grant(f.one(t, sess))
+			out := <-ws[sess-1]
+			if out.err != nil || out.g == nil || out.g.Generation != gen {
+				t.Fatalf("session %d: wait = %+v, %v; want generation %d", sess, out.g, out.err, gen)
+			}
+		}
+		if n := l.count(); n != 0 || l.queued("/t/l") {
+			t.Fatalf("count = %d, queued %v after every waiter was served", n, l.queued("/t/l"))
+		}
+	})
+}
+
+// A shared grant lets the run of shared waiters behind it in at once, but
+// not the exclusive waiter after them.
+func TestLockQueuesSharedRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, f := newTestLockQueues()
+		s1 := goWait(t.Context(), l, 1, "/t/l", api.LockShared)
+		s2 := goWait(t.Context(), l, 2, "/t/l", api.LockShared)
+		x3 := goWait(t.Context(), l, 3, "/t/l", api.LockExclusive)
+		f.grant(f.one(t, 1))
+		synctest.Wait()
+		f.grant(f.one(t, 2))
+		synctest.Wait()
+		if got := f.take(); len(got) != 0 {
+			t.Fatal("the exclusive waiter went to Paxos behind shared grants")
+		}
+		for i, ch := range []<-chan waitOut{s1, s2} {
+			if out := <-ch; out.err != nil || out.g.Mode != api.LockShared {
+				t.Fatalf("shared waiter %d: %+v, %v", i+1, out.g, out.err)
+			}
+		}
+		if !waiting(x3) {
+			t.Fatal("the exclusive waiter returned while shared holders hold the lock")
+		}
+	})
+}
+
+// A canceled Acquire leaves nothing behind, whenever it is canceled: no
+// waiter in the queue and no lock held by its session.
+func TestLockQueuesCancelLeavesNothing(t *testing.T) {
+	t.Run("in flight, then granted: released", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			ctx, cancel := context.WithCancel(t.Context())
+			w1 := goWait(ctx, l, 1, "/t/l", api.LockExclusive)
+			p := f.one(t, 1)
+			cancel()
+			if out := <-w1; !errors.Is(out.err, api.ErrCanceled) {
+				t.Fatalf("canceled wait = %+v, %v; want Canceled", out.g, out.err)
+			}
+			gen := f.grant(p)
+			synctest.Wait()
+			rel := f.takeReleases()
+			if len(rel) != 1 || rel[0] != (namespace.Release{Session: 1, Path: "/t/l", Generation: gen}) {
+				t.Fatalf("releases %+v, want one of session 1's generation %d", rel, gen)
+			}
+			if n := l.count(); n != 0 || l.queued("/t/l") {
+				t.Fatalf("count = %d, queued %v: the canceled waiter stayed", n, l.queued("/t/l"))
+			}
+		})
+	})
+	t.Run("in flight, then refused: gone, next waiter's turn", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			ctx, cancel := context.WithCancel(t.Context())
+			w1 := goWait(ctx, l, 1, "/t/l", api.LockExclusive)
+			w2 := goWait(t.Context(), l, 2, "/t/l", api.LockExclusive)
+			p := f.one(t, 1)
+			cancel()
+			<-w1
+			f.locked(p)
+			synctest.Wait()
+			if rel := f.takeReleases(); len(rel) != 0 {
+				t.Fatalf("releases %+v of a lock that was never granted", rel)
+			}
+			if n := l.count(); n != 1 {
+				t.Fatalf("count = %d, want 1 (session 2 only)", n)
+			}
+			f.grant(f.one(t, 2))
+			if out := <-w2; out.err != nil {
+				t.Fatalf("session 2: %v", out.err)
+			}
+			if n := l.count(); n != 0 || l.queued("/t/l") {
+				t.Fatalf("count = %d, queued %v after the last waiter was served", n, l.queued("/t/l"))
+			}
+		})
+	})
+	t.Run("queued: never proposed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			goWait(t.Context(), l, 1, "/t/l", api.LockExclusive)
+			ctx, cancel := context.WithCancel(t.Context())
+			w2 := goWait(ctx, l, 2, "/t/l", api.LockExclusive)
+			f.locked(f.one(t, 1))
+			cancel()
+			<-w2
+			if n := l.count(); n != 1 {
+				t.Fatalf("count = %d, want 1: the canceled waiter is still queued", n)
+			}
+			l.lockFreed(namespace.FreedLock{Path: "/t/l"})
+			synctest.Wait()
+			f.one(t, 1)
+		})
+	})
+	t.Run("granted before the caller looked: released", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w := newLockWaiter(lqCaller, 1, api.LockExclusive)
+			if err := l.enqueue("/t/l", w); err != nil {
+				t.Fatal(err)
+			}
+			gen := f.grant(f.one(t, 1)) // delivered to w.result
+			l.cancel("/t/l", w)         // the caller gave up without reading it
+			rel := f.takeReleases()
+			if len(rel) != 1 || rel[0].Generation != gen {
+				t.Fatalf("releases %+v, want the delivered generation %d", rel, gen)
+			}
+			if n := l.count(); n != 0 {
+				t.Fatalf("count = %d, want 0", n)
+			}
+		})
+	})
+	t.Run("try in flight, then granted: released", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() {
+				_, err := l.try(ctx, lqCaller, 7, "/t/l", api.LockExclusive)
+				done <- err
+			}()
+			synctest.Wait()
+			p := f.one(t, 7)
+			if p.queued {
+				t.Fatal("a try was proposed as a queued (never shed) Acquire")
+			}
+			cancel()
+			<-done
+			gen := f.grant(p)
+			if rel := f.takeReleases(); len(rel) != 1 || rel[0].Generation != gen || rel[0].Session != 7 {
+				t.Fatalf("releases %+v, want session 7's generation %d", rel, gen)
+			}
+		})
+	})
+}
+
+// A try never overtakes waiters, and a held lock tells its holders.
+func TestLockQueuesTry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, f := newTestLockQueues()
+		goWait(t.Context(), l, 1, "/t/l", api.LockExclusive)
+		f.one(t, 1)
+		if _, err := l.try(t.Context(), lqCaller, 2, "/t/l", api.LockExclusive); !errors.Is(err, api.ErrLocked) {
+			t.Fatalf("try behind a waiter: %v, want Locked", err)
+		}
+		if got := f.take(); len(got) != 0 {
+			t.Fatal("a try behind a waiter was proposed")
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := l.try(t.Context(), lqCaller, 2, "/t/m", api.LockExclusive)
+			done <- err
+		}()
+		synctest.Wait()
+		f.locked(f.one(t, 2))
+		if err := <-done; !errors.Is(err, api.ErrLocked) {
+			t.Fatalf("try of a held lock: %v, want Locked", err)
+		}
+		if !slices.Equal(f.conflicts, []string{"/t/m"}) {
+			t.Fatalf("conflicts told %v, want [/t/m]", f.conflicts)
+		}
+	})
+}
+
+// A lock-delay retries the head when the delay ends, not before.
+func TestLockQueuesLockDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, f := newTestLockQueues()
+		w := goWait(t.Context(), l, 1, "/t/l", api.LockExclusive)
+		until := time.Now().Add(5 * time.Second).UnixNano()
+		f.one(t, 1).done(namespace.Result{Err: &api.Error{Code: api.LockDelay, Msg: "delay", Until: until}}, nil)
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		if got := f.take(); len(got) != 0 {
+			t.Fatal("the head was retried before its lock-delay ended")
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		f.grant(f.one(t, 1))
+		if out := <-w; out.err != nil {
+			t.Fatalf("wait: %v", out.err)
+		}
+	})
+}
+
+// A deleted node fails its waiters; a stopped master fails every waiter
+// and every later Acquire.
+func TestLockQueuesNodeDeletedAndStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, f := newTestLockQueues()
+		goWait(t.Context(), l, 1, "/t/a", api.LockExclusive)
+		a2 := goWait(t.Context(), l, 2, "/t/a", api.LockExclusive)
+		f.locked(f.one(t, 1))
+		l.lockFreed(namespace.FreedLock{Path: "/t/a", NodeDeleted: true})
+		if out := <-a2; !errors.Is(out.err, api.ErrNotFound) {
+			t.Fatalf("waiter of a deleted node: %v, want NotFound", out.err)
+		}
+
+		b1 := goWait(t.Context(), l, 3, "/t/b", api.LockExclusive)
+		p := f.one(t, 3)
+		stopErr := apiErr(api.NotMaster, "stopped")
+		l.stop(stopErr)
+		if out := <-b1; !errors.Is(out.err, api.ErrNotMaster) {
+			t.Fatalf("waiter at stop: %v, want NotMaster", out.err)
+		}
+		f.grant(p) // arrives after the stop: changes nothing
+		synctest.Wait()
+		if n := l.count(); n != 0 {
+			t.Fatalf("count = %d after stop, want 0", n)
+		}
+		if _, err := l.wait(t.Context(), lqCaller, 4, "/t/b", api.LockExclusive); !errors.Is(err, api.ErrNotMaster) {
+			t.Fatalf("wait after stop: %v, want NotMaster", err)
+		}
+		if got := f.take(); len(got) != 0 {
+			t.Fatal("an Acquire was proposed after stop")
+		}
+	})
+}
