@@ -9,9 +9,9 @@ import (
 )
 
 // DefaultPauseFor is how long failover-pause stops the master: twice
-// lockcell's master lease (100 ticks of 10 ms), so that the lease surely
+// lockcell's master lease (80 ticks of 10 ms), so that the lease surely
 // runs out while the master is stopped.
-const DefaultPauseFor = 2 * time.Second
+const DefaultPauseFor = 1600 * time.Millisecond
 
 // Pauser is a Cluster whose members can be stopped (SIGSTOP) and continued
 // (SIGCONT): failover-pause needs it.

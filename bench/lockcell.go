@@ -39,14 +39,16 @@ type LockcellTarget struct {
 // streams on one connection (transport.DefaultMaxStreamsPerClient), and
 // every client of the benchmark comes from 127.0.0.1. So sessions share
 // connections: a workload's clients of one tenant share a pool of at most
-// poolConns connections (a session parks one KeepAlive stream, two near
-// the end of its lease, plus one stream per call in flight), and
-// OpenSessions puts sessionsPerConn sessions on each of at most
-// maxSessionConns connections.
+// poolConns connections (every session of a connection sends its
+// KeepAlives in one batch frame on one stream, plus one stream per call in
+// flight), and OpenSessions puts sessionsPerConn sessions on each of at
+// most maxSessionConns connections, opening at most openPerConn of a
+// connection's sessions at once (each CreateSession is a stream).
 const (
 	poolConns       = 16
-	sessionsPerConn = 30
-	maxSessionConns = 56
+	sessionsPerConn = 500
+	maxSessionConns = 1000
+	openPerConn     = 128
 )
 
 // MaxLockcellSessions is the most sessions OpenSessions can hold from one
@@ -187,8 +189,8 @@ func (d *LockcellDriver) OpenSessions(ctx context.Context, tenant string, n int,
 	}
 	conns := (n + sessionsPerConn - 1) / sessionsPerConn
 	if conns > maxSessionConns {
-		return nil, fmt.Errorf("%w: lockcell: at most %d sessions from one source address (replicas accept %d connections per address, %d streams per connection)",
-			ErrUnsupported, MaxLockcellSessions, 64, 100)
+		return nil, fmt.Errorf("%w: lockcell: the benchmark opens at most %d sessions (%d connections of %d sessions)",
+			ErrUnsupported, MaxLockcellSessions, maxSessionConns, sessionsPerConn)
 	}
 	set := &lockcellSessions{clients: make([]*client.Client, conns), sessions: make([]*client.Session, n)}
 	var opened atomic.Int64
@@ -206,6 +208,7 @@ func (d *LockcellDriver) OpenSessions(ctx context.Context, tenant string, n int,
 			}
 			set.clients[i] = c
 			var sg errgroup.Group
+			sg.SetLimit(openPerConn)
 			for j := i * sessionsPerConn; j < min(n, (i+1)*sessionsPerConn); j++ {
 				sg.Go(func() error {
 					s, err := c.NewSession(gctx)

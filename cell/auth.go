@@ -179,23 +179,3 @@ func callerOf(id transport.Identity) namespace.Caller {
 	}
 	return namespace.Caller{Tenant: id.Tenant, Principal: id.Principal}
 }
-
-// admit applies the caller's tenant rate limit (OpsPerSecond) at the
-// master. KeepAlive has its own budget; Release and CloseSession free
-// resources and are never refused for rate; the administrator has no
-// tenant. A replica that is not master admits everything: the handler
-// answers NotMaster.
-func (c *rpcCall) admit() error {
-	if c.caller.Tenant == "" {
-		return nil
-	}
-	switch c.method {
-	case api.MethodKeepAlive, api.MethodRelease, api.MethodCloseSession:
-		return nil
-	}
-	m := c.r.serving()
-	if m == nil {
-		return nil
-	}
-	return m.lim.allowOp(c.caller.Tenant)
-}

@@ -56,7 +56,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	//
 	// A fail-over would also change the answers (every call naming the
 	// old epoch is refused with Failover), and a master starved of CPU
-	// past its 1 s master lease loses it. So the master lease is 10 s
+	// past the default 0.8 s master lease loses it. So the master lease is 10 s
 	// (renewed every 250 ms); the first election still comes after 1.1 s,
 	// as no acceptor has granted a lease yet.
 	lc := startCell(t, 3, func(c *cell.Config) {

@@ -138,7 +138,7 @@ func (ss *kaStreamServer) decode(f transport.Frame, v any) bool {
 func (ss *kaStreamServer) serveOne(req api.KeepAliveStreamRequest) {
 	r := ss.r
 	defer ss.inflight.Add(-1)
-	c := &rpcCall{r: r, method: api.MethodKeepAlive, id: ss.s.Identity(), ctx: ss.ctx}
+	c := &rpcCall{r: r, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
 	r.kaFrames.Add(1)
 	start := time.Now()
 	resp, err := r.keepAliveCall(ss.ctx, c, &req.KeepAlive)
@@ -167,7 +167,7 @@ func (ss *kaStreamServer) serveOne(req api.KeepAliveStreamRequest) {
 func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 	r := ss.r
 	start := time.Now()
-	c := &rpcCall{r: r, method: api.MethodKeepAlive, id: ss.s.Identity(), ctx: ss.ctx}
+	c := &rpcCall{r: r, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
 	refused := make([]api.KeepAliveStreamReply, 0)
 	m, entries, calls, err := r.admitKeepAliveBatch(c, reqs, &refused)
 	if err != nil {
@@ -314,13 +314,14 @@ func (r *Replica) admitKeepAliveBatch(c *rpcCall, reqs []api.KeepAliveStreamRequ
 	return m, entries, calls, nil
 }
 
-// admitBatchKeepAlive is handleKeepAlive's admission of one KeepAlive of
-// an authenticated caller, the session's owner looked up already (ok false:
-// no such session): the session must be the caller's, the tenant within
-// its KeepAlive budget. It returns the acknowledgement to pass on (zero
-// if the request names another master's epoch).
+// admitBatchKeepAlive is the admission of one KeepAlive of an
+// authenticated caller at master m (charge, as admit does after
+// authenticating) and handleKeepAlive's checks, the session's owner looked
+// up already (ok false: no such session): the session must be the
+// caller's. It returns the acknowledgement to pass on (zero if the request
+// names another master's epoch).
 func (c *rpcCall) admitBatchKeepAlive(m *master, owner ownerOf, req *api.KeepAliveRequest) (uint64, error) {
-	if err := c.admit(); err != nil {
+	if err := c.charge(); err != nil {
 		return 0, err
 	}
 	if !owner.ok {
@@ -331,11 +332,6 @@ func (c *rpcCall) admitBatchKeepAlive(m *master, owner ownerOf, req *api.KeepAli
 	}
 	if c.tokenID != "" {
 		m.owners.bindToken(req.Session, c.tokenID)
-	}
-	if c.caller.Tenant != "" {
-		if err := m.lim.allowKeepAlive(c.caller.Tenant); err != nil {
-			return 0, err
-		}
 	}
 	if req.Epoch != m.epoch {
 		return 0, nil // sequence numbers restart with each master
@@ -369,12 +365,9 @@ func keepAliveResponse(reply session.Reply) *api.KeepAliveResponse {
 }
 
 // keepAliveCall serves one KeepAlive of a KeepAlive stream as the handler
-// of MethodKeepAlive does: authentication, admission, then the long-poll.
+// of MethodKeepAlive does: admission as a KeepAlive, then the long-poll.
 func (r *Replica) keepAliveCall(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (*api.KeepAliveResponse, error) {
-	if err := c.authenticate(req); err != nil {
-		return nil, err
-	}
-	if err := c.admit(); err != nil {
+	if err := c.admit(req); err != nil {
 		return nil, err
 	}
 	resp, err := handleKeepAlive(ctx, c, req)

@@ -15,6 +15,8 @@ import (
 type rpcCall struct {
 	r      *Replica
 	method api.Method
+	// info is the method's entry in the api table.
+	info api.MethodInfo
 	// id is what the connection's certificate proved (anonymous without).
 	id transport.Identity
 	// caller is the authenticated principal (see authenticate).
@@ -26,12 +28,16 @@ type rpcCall struct {
 	ctx context.Context
 }
 
-// handler serves one method: it decodes the request body itself (through
-// the generic adapter below) and returns the response or an error.
+// handler serves one method on a stream of its own: it decodes the request
+// body itself (through with) and returns the response or an error.
 type handler func(ctx context.Context, c *rpcCall, f transport.Frame) (any, error)
 
-// with adapts a typed handler function to handler: it decodes the request,
-// authenticates the caller and applies its tenant's rate limit.
+// streamHandler serves a method that takes over its stream for many
+// frames (KeepAliveStream); f is the first frame, already read.
+type streamHandler func(r *Replica, ctx context.Context, s *transport.ServerStream, f transport.Frame)
+
+// with adapts a typed handler function to handler: it decodes the request
+// and admits the call (see admit) before fn runs.
 func with[Req any](fn func(ctx context.Context, c *rpcCall, req *Req) (any, error)) handler {
 	return func(ctx context.Context, c *rpcCall, f transport.Frame) (any, error) {
 		req := new(Req)
@@ -41,19 +47,16 @@ func with[Req any](fn func(ctx context.Context, c *rpcCall, req *Req) (any, erro
 			}
 			return nil, errInvalid("malformed " + c.method.String() + " request: " + err.Error())
 		}
-		if err := c.authenticate(any(req)); err != nil {
-			return nil, err
-		}
-		if err := c.admit(); err != nil {
+		if err := c.admit(any(req)); err != nil {
 			return nil, err
 		}
 		return fn(ctx, c, req)
 	}
 }
 
-var handlers map[api.Method]handler
-
-func init() {
+// handlers and streamHandlers serve the methods: every method of the api
+// table has exactly one of them (TestEveryMethodServed).
+var (
 	handlers = map[api.Method]handler{
 		api.MethodCreateSession:      with(handleCreateSession),
 		api.MethodKeepAlive:          with(handleKeepAlive),
@@ -82,30 +85,66 @@ func init() {
 		api.MethodListTokens:         with(handleListTokens),
 		api.MethodSaveSnapshot:       with(handleSaveSnapshot),
 	}
+	streamHandlers = map[api.Method]streamHandler{
+		api.MethodKeepAliveStream: (*Replica).serveKeepAliveStream,
+		api.MethodKeepAliveBatch:  (*Replica).serveKeepAliveStream,
+	}
+)
+
+// endpoint is one method as a replica serves it: its entry in the api
+// table, which decides admission, and the function that serves it (serve,
+// or stream for a method that takes over its stream).
+type endpoint struct {
+	api.MethodInfo
+	serve  handler
+	stream streamHandler
 }
 
-// serveStream serves one client stream: one request frame, one reply frame.
+// endpoints joins the api table with the handlers: the methods a replica
+// serves. A method missing from either is not served (it is answered as an
+// unknown method), which TestEveryMethodServed forbids.
+var endpoints map[api.Method]endpoint
+
+func init() {
+	// NB: assigned here, not in endpoints' declaration: the KeepAlive
+	// stream's handler reads endpoints, an initialization cycle.
+	endpoints = buildEndpoints(api.Methods(), handlers, streamHandlers)
+}
+
+func buildEndpoints(table []api.MethodInfo, hs map[api.Method]handler, ss map[api.Method]streamHandler) map[api.Method]endpoint {
+	eps := make(map[api.Method]endpoint, len(table))
+	for _, mi := range table {
+		e := endpoint{MethodInfo: mi, serve: hs[mi.Method], stream: ss[mi.Method]}
+		if e.serve != nil || e.stream != nil {
+			eps[mi.Method] = e
+		}
+	}
+	return eps
+}
+
+// serveStream serves one client stream: one request frame, one reply frame
+// (or, for a stream method, as many as it exchanges).
 func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 	f, err := s.ReadFrame(ctx)
 	if err != nil {
 		return // the transport already reset a bad stream
 	}
 	method := api.Method(f.Tag)
-	if method == api.MethodKeepAliveStream || method == api.MethodKeepAliveBatch {
-		r.serveKeepAliveStream(ctx, s, f)
+	e, ok := endpoints[method]
+	if ok && e.stream != nil {
+		e.stream(r, ctx, s, f)
 		return
 	}
-	c := &rpcCall{r: r, method: method, id: s.Identity(), ctx: ctx}
+	c := &rpcCall{r: r, method: method, info: e.MethodInfo, id: s.Identity(), ctx: ctx}
 	start := time.Now()
 	var resp any
-	h, ok := handlers[method]
 	switch {
 	case !ok && c.id.Anonymous():
 		err = errNoCredentials
 	case !ok:
 		err = errInvalid("unknown method " + method.String())
 	default:
-		resp, err = h(ctx, c, f)
+		resp, err = e.serve(ctx, c, f)
 	}
 	r.metrics.observeRPC(c.caller.Tenant, method, err, time.Since(start))
 	if err != nil {
@@ -120,6 +159,56 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 		return
 	}
 	_ = s.WriteFrame(ctx, api.ReplyOK, resp)
+}
+
+// admit lets a call in or refuses it before its handler runs, by its
+// method's entry in the api table; it is the one place that does. It
+// authenticates the caller (see authenticate), then by the admission
+// class: an AdmitAdmin method is the cell administrator's only; a tenant
+// principal's call is charged at the master against its tenant's
+// KeepAlive budget (AdmitKeepAlive), against nothing (AdmitRelease: calls
+// that free resources are never refused for rate) or against its rate
+// (OpsPerSecond, every other class). Last, a method that needs the master
+// is refused with NotMaster on a replica that is not (see needMaster).
+func (c *rpcCall) admit(req any) error {
+	if err := c.authenticate(req); err != nil {
+		return err
+	}
+	if err := c.charge(); err != nil {
+		return err
+	}
+	if c.info.NeedsMaster {
+		if _, err := c.needMaster(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// charge applies the admission class to the authenticated caller. A
+// replica that is not master charges nothing: the call is refused with
+// NotMaster, or is one every replica serves.
+func (c *rpcCall) charge() error {
+	switch c.info.Admission {
+	case api.AdmitAdmin:
+		if !c.isAdmin() {
+			return apiErr(api.PermissionDenied, "only the cell administrator may call "+c.method.String())
+		}
+		return nil
+	case api.AdmitRelease:
+		return nil
+	}
+	if c.caller.Tenant == "" {
+		return nil
+	}
+	m := c.r.serving()
+	if m == nil {
+		return nil
+	}
+	if c.info.Admission == api.AdmitKeepAlive {
+		return m.lim.allowKeepAlive(c.caller.Tenant)
+	}
+	return m.lim.allowOp(c.caller.Tenant)
 }
 
 // admin is the caller the cell itself uses for its own commands.

@@ -19,7 +19,7 @@ func (s *Session) CheckSequencer(ctx context.Context, seq sequencer.Sequencer) (
 	var resp api.CheckSequencerResponse
 	err = s.call(ctx, api.MethodCheckSequencer, func(h api.Header) any {
 		return &api.CheckSequencerRequest{Header: h, Sequencer: b}
-	}, &resp, true)
+	}, &resp)
 	if err != nil {
 		return false, "", fmt.Errorf("check sequencer: %w", err)
 	}

@@ -647,7 +647,8 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 		if err := f.Decode(resp); err != nil {
 			return true, fmt.Errorf("client: decoding %s reply: %w", m, err)
 		}
-		if m != api.MethodCellStatus {
+		if info, _ := m.Info(); info.NeedsMaster {
+			// Only the master answers this method: the client reached it.
 			c.succeeded()
 		}
 		return true, nil
@@ -678,9 +679,11 @@ func (c *Client) errorReply(cc *transport.ClientConn, ae *api.Error) {
 }
 
 // call makes a sessionless call, retrying across fail-overs until ctx ends:
-// any call refused before it took effect, and also, if idempotent, a call
-// whose reply was lost.
-func (c *Client) call(ctx context.Context, m api.Method, req, resp any, idempotent bool) error {
+// any call refused before it took effect, and also a call whose reply was
+// lost if the api method table says a repeat is harmless
+// (api.MethodInfo.Retryable).
+func (c *Client) call(ctx context.Context, m api.Method, req, resp any) error {
+	info, _ := m.Info() // an unknown method's zero entry is not idempotent
 	redirected := false
 	for {
 		before := c.redirectCount()
@@ -698,7 +701,7 @@ func (c *Client) call(ctx context.Context, m api.Method, req, resp any, idempote
 		if !retry {
 			return err
 		}
-		if sent && !noEffect && !idempotent {
+		if sent && !noEffect && !info.Retryable(req) {
 			return outcomeUnknown(m, err)
 		}
 		if c.redirectedSince(before, err) && !redirected {

@@ -51,6 +51,13 @@ type fakeMaster struct {
 	// CellStatus lists.
 	peer atomic.Value
 
+	// script, if set, answers a call before the defaults do: it is given
+	// the method and how many calls of it arrived so far (this one
+	// included), and a non-nil result (a response, or *api.Error) is the
+	// reply. calls counts the calls of each method.
+	script func(m api.Method, n int64) any
+	calls  [64]atomic.Int64
+
 	// noBatch makes it answer MethodKeepAliveBatch as a replica that
 	// predates it does ("unknown method"); batches counts the batch
 	// frames it served.
@@ -67,6 +74,8 @@ type fakeOpts struct {
 	ca      *certs.CA // nil: a CA of its own
 	id      uint64    // 0: 1
 	cadence time.Duration
+	// script answers calls first (see fakeMaster.script).
+	script func(m api.Method, n int64) any
 }
 
 // pending is a parked request; send its reply on reply.
@@ -103,7 +112,7 @@ func startFakeMasterOpts(t *testing.T, lease time.Duration, parkCreate bool, o f
 	// The address is known before the handler can run.
 	m := &fakeMaster{addr: pc.LocalAddr().String(), ca: ca, lease: lease,
 		kas: make(chan *pending), creates: make(chan *pending), parkCreate: parkCreate,
-		id: o.id, cadence: o.cadence}
+		id: o.id, cadence: o.cadence, script: o.script}
 	m.names.Store(o.id)
 	m.epoch.Store(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -149,8 +158,18 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 		return
 	}
 	var resp any
-	switch api.Method(f.Tag) {
-	case api.MethodCellStatus:
+	method := api.Method(f.Tag)
+	var n int64
+	if int(method) < len(m.calls) {
+		n = m.calls[method].Add(1)
+	}
+	if m.script != nil {
+		resp = m.script(method, n)
+	}
+	switch {
+	case resp != nil:
+		// Scripted.
+	case method == api.MethodCellStatus:
 		if m.dead.Load() {
 			return
 		}
@@ -165,7 +184,7 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 			st.Replicas = append(st.Replicas, api.ReplicaStatus{ID: m.id + 100, Addr: p})
 		}
 		resp = st
-	case api.MethodCreateSession:
+	case method == api.MethodCreateSession:
 		resp = &api.CreateSessionResponse{Session: 7, Epoch: m.epoch.Load(), LeaseTimeout: int64(m.lease), Principal: "p", Tenant: "t",
 			Cadence: int64(m.cadence)}
 		if m.parkCreate {
@@ -174,7 +193,7 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 				return
 			}
 		}
-	case api.MethodKeepAlive:
+	case method == api.MethodKeepAlive:
 		p := &pending{reply: make(chan any, 1)}
 		if err := f.Decode(&p.ka); err != nil {
 			return
@@ -182,13 +201,13 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 		if resp = park(p, m.kas); resp == nil {
 			return
 		}
-	case api.MethodOpen:
+	case method == api.MethodOpen:
 		var req api.OpenRequest
 		if err := f.Decode(&req); err != nil {
 			return
 		}
 		resp = &api.OpenResponse{Handle: api.Handle{Session: 7, Path: req.Path, Instance: 1}}
-	case api.MethodAcquire:
+	case method == api.MethodAcquire:
 		var req api.AcquireRequest
 		if err := f.Decode(&req); err != nil {
 			return
@@ -201,11 +220,11 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 			break
 		}
 		resp = &api.SequencerResponse{Sequencer: b, Generation: gen, Mode: api.LockExclusive}
-	case api.MethodRelease, api.MethodCloseSession:
+	case method == api.MethodRelease || method == api.MethodCloseSession:
 		resp = &api.Empty{}
 	default:
 		m.refused.Add(1)
-		resp = &api.Error{Code: api.InvalidArgument, Msg: "fake master: " + api.Method(f.Tag).String() + " not served"}
+		resp = &api.Error{Code: api.InvalidArgument, Msg: "fake master: " + method.String() + " not served"}
 	}
 	if e, ok := resp.(*api.Error); ok {
 		_ = s.WriteFrame(ctx, api.ReplyError, e)

@@ -127,13 +127,13 @@ func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (
 			}
 		}(&handle)
 	}
-	// Opening is idempotent except MustCreate, whose retry after a lost
-	// reply would fail with AlreadyExists.
+	// A lost reply is retried unless MustCreate, whose retry would fail
+	// with AlreadyExists (api.OpenRequest.Idempotent).
 	err = s.call(ctx, api.MethodOpen, func(h api.Header) any {
 		return &api.OpenRequest{Header: h, Path: path, Create: opts.Create, MustCreate: opts.MustCreate,
 			Dir: opts.Dir, Ephemeral: opts.Ephemeral, Contents: opts.Contents, ACL: opts.ACL, LockDelay: ld, Events: events,
 			Cache: caching}
-	}, &resp, !opts.MustCreate)
+	}, &resp)
 	if err != nil {
 		return nil, OpenInfo{}, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -174,7 +174,7 @@ func (h *Handle) Close(ctx context.Context) error {
 		h.closed.Store(true)
 		return nil
 	}
-	err := h.s.call(ctx, api.MethodClose, func(hd api.Header) any { return h.req(hd) }, &api.Empty{}, true)
+	err := h.s.call(ctx, api.MethodClose, func(hd api.Header) any { return h.req(hd) }, &api.Empty{})
 	if err != nil {
 		if h.events != 0 {
 			p.open++
@@ -197,7 +197,7 @@ func (h *Handle) GetContents(ctx context.Context) ([]byte, api.NodeStat, error) 
 	}
 	gen := h.s.cache.begin()
 	var resp api.ContentsResponse
-	err := h.s.call(ctx, api.MethodGetContentsAndStat, func(hd api.Header) any { return h.req(hd) }, &resp, true)
+	err := h.s.call(ctx, api.MethodGetContentsAndStat, func(hd api.Header) any { return h.req(hd) }, &resp)
 	if err != nil {
 		return nil, api.NodeStat{}, fmt.Errorf("get %s: %w", h.h.Path, err)
 	}
@@ -210,7 +210,7 @@ func (h *Handle) GetContents(ctx context.Context) ([]byte, api.NodeStat, error) 
 // Stat returns the node's metadata (lock state included; never cached).
 func (h *Handle) Stat(ctx context.Context) (api.NodeStat, error) {
 	var resp api.StatResponse
-	err := h.s.call(ctx, api.MethodGetStat, func(hd api.Header) any { return h.req(hd) }, &resp, true)
+	err := h.s.call(ctx, api.MethodGetStat, func(hd api.Header) any { return h.req(hd) }, &resp)
 	if err != nil {
 		return api.NodeStat{}, fmt.Errorf("stat %s: %w", h.h.Path, err)
 	}
@@ -229,7 +229,7 @@ func (h *Handle) SetContentsIf(ctx context.Context, data []byte, gen uint64) (ap
 	var resp api.StatResponse
 	err := h.s.call(ctx, api.MethodSetContents, func(hd api.Header) any {
 		return &api.SetContentsRequest{Header: hd, Handle: h.h, Contents: data, IfGeneration: gen}
-	}, &resp, false)
+	}, &resp)
 	h.s.cache.invalidate(h.h.Path)
 	if err != nil {
 		return api.NodeStat{}, fmt.Errorf("set %s: %w", h.h.Path, err)
@@ -245,7 +245,7 @@ func (h *Handle) ReadDir(ctx context.Context) ([]api.DirEntry, error) {
 		var resp api.ReadDirResponse
 		err := h.s.call(ctx, api.MethodReadDir, func(hd api.Header) any {
 			return &api.ReadDirRequest{Header: hd, Handle: h.h, After: after}
-		}, &resp, true)
+		}, &resp)
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", h.h.Path, err)
 		}
@@ -259,7 +259,7 @@ func (h *Handle) ReadDir(ctx context.Context) ([]api.DirEntry, error) {
 
 // Delete deletes the node (which must be the instance the handle names).
 func (h *Handle) Delete(ctx context.Context) error {
-	err := h.s.call(ctx, api.MethodDelete, func(hd api.Header) any { return h.req(hd) }, &api.Empty{}, false)
+	err := h.s.call(ctx, api.MethodDelete, func(hd api.Header) any { return h.req(hd) }, &api.Empty{})
 	h.s.cache.invalidate(h.h.Path)
 	if errors.Is(err, ErrOutcomeUnknown) {
 		// Find out: a node that is gone (or re-created) was deleted by us or
@@ -280,7 +280,7 @@ func (h *Handle) SetACL(ctx context.Context, acl api.ACLNames, gen uint64) (api.
 	var resp api.StatResponse
 	err := h.s.call(ctx, api.MethodSetACL, func(hd api.Header) any {
 		return &api.SetACLRequest{Header: hd, Handle: h.h, ACL: acl, IfGeneration: gen}
-	}, &resp, false)
+	}, &resp)
 	if err != nil {
 		return api.NodeStat{}, fmt.Errorf("set ACL of %s: %w", h.h.Path, err)
 	}
@@ -300,7 +300,7 @@ func (h *Handle) Sequencer(ctx context.Context) (sequencer.Sequencer, error) {
 
 func (h *Handle) getSequencer(ctx context.Context) (api.SequencerResponse, error) {
 	var resp api.SequencerResponse
-	err := h.s.call(ctx, api.MethodGetSequencer, func(hd api.Header) any { return h.req(hd) }, &resp, true)
+	err := h.s.call(ctx, api.MethodGetSequencer, func(hd api.Header) any { return h.req(hd) }, &resp)
 	if err != nil {
 		return resp, fmt.Errorf("sequencer of %s: %w", h.h.Path, err)
 	}

@@ -169,7 +169,7 @@ func (h *Handle) acquire(ctx context.Context, mode api.LockMode, wait bool) (*Lo
 	}
 	err := h.s.callWith(ctx, api.MethodAcquire, func(hd api.Header) any {
 		return &api.AcquireRequest{Header: hd, Handle: h.h, Mode: mode, Wait: wait}
-	}, &resp, true, held)
+	}, &resp, held)
 	if errors.Is(err, api.ErrFailedPrecondition) {
 		// "already holds": an earlier attempt took it.
 		if ok, _ := held(ctx, nil); ok {
@@ -217,7 +217,7 @@ func (h *Handle) cleanupAfterCancel() {
 	}
 	_ = h.s.call(ctx, api.MethodRelease, func(hd api.Header) any {
 		return &api.ReleaseRequest{Header: hd, Handle: h.h, Generation: r.Generation}
-	}, &api.Empty{}, true)
+	}, &api.Empty{})
 }
 
 // holdsLockOn reports whether a live Lock object exists for h.
@@ -242,7 +242,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	ambiguous := false
 	err := h.s.callWith(ctx, api.MethodRelease, func(hd api.Header) any {
 		return &api.ReleaseRequest{Header: hd, Handle: h.h, Generation: l.gen}
-	}, &api.Empty{}, true, func(_ context.Context, last error) (bool, error) {
+	}, &api.Empty{}, func(_ context.Context, last error) (bool, error) {
 		if _, noEffect := classify(last); !noEffect {
 			ambiguous = true
 		}

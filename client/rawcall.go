@@ -20,12 +20,13 @@ func (c *Client) Header() api.Header { return api.Header{Token: c.cfg.Token} }
 
 // Call makes a sessionless call of method m with request req, decoding the
 // reply into resp. It retries across fail-overs and redirects until ctx
-// ends: any call refused before it took effect and, if idempotent, a call
-// whose reply was lost. A call that may have taken effect without its
-// reply arriving returns an error wrapping ErrOutcomeUnknown. Error replies
-// are *api.Error values; after Close it returns ErrClosed.
-func (c *Client) Call(ctx context.Context, m api.Method, req, resp any, idempotent bool) error {
-	return c.call(ctx, m, req, resp, idempotent)
+// ends: any call refused before it took effect and, if the api method table
+// says a repeat is harmless (api.MethodInfo.Retryable), a call whose reply
+// was lost. A call that may have taken effect without its reply arriving
+// returns an error wrapping ErrOutcomeUnknown. Error replies are *api.Error
+// values; after Close it returns ErrClosed.
+func (c *Client) Call(ctx context.Context, m api.Method, req, resp any) error {
+	return c.call(ctx, m, req, resp)
 }
 
 // CallStream makes a sessionless call of method m whose reply is a stream:

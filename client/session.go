@@ -95,9 +95,7 @@ type Session struct {
 func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	sent := c.cfg.clock.Now()
 	var resp api.CreateSessionResponse
-	// A lost reply leaves at most an orphan session that expires on its own,
-	// so CreateSession is retried like an idempotent call.
-	if err := c.call(ctx, api.MethodCreateSession, &api.CreateSessionRequest{Token: c.cfg.Token}, &resp, true); err != nil {
+	if err := c.call(ctx, api.MethodCreateSession, &api.CreateSessionRequest{Token: c.cfg.Token}, &resp); err != nil {
 		return nil, err
 	}
 	s := &Session{
@@ -195,7 +193,7 @@ func (s *Session) Close(ctx context.Context) error {
 		return err
 	}
 	s.closing.Store(true)
-	err := s.call(ctx, api.MethodCloseSession, func(h api.Header) any { return &api.CloseSessionRequest{Header: h} }, &api.Empty{}, true)
+	err := s.call(ctx, api.MethodCloseSession, func(h api.Header) any { return &api.CloseSessionRequest{Header: h} }, &api.Empty{})
 	if errors.Is(err, api.ErrSessionExpired) || errors.Is(err, ErrSessionExpired) {
 		err = nil // a retried close whose first attempt took effect
 	}

@@ -34,16 +34,19 @@ func (s *Session) ready(ctx context.Context) (api.Header, <-chan struct{}, error
 
 // call makes a call within the session: it waits out jeopardy, carries the
 // session's epoch, re-establishes after a fail-over and retries any call
-// refused before it took effect, and, if idempotent, any call that lost its
-// reply. build makes the request for a header.
-func (s *Session) call(ctx context.Context, m api.Method, build func(api.Header) any, resp any, idempotent bool) error {
-	return s.callWith(ctx, m, build, resp, idempotent, nil)
+// refused before it took effect, and any call that lost its reply if the
+// api method table says a repeat is harmless (api.MethodInfo.Retryable);
+// otherwise such a call fails with ErrOutcomeUnknown. build makes the
+// request for a header.
+func (s *Session) call(ctx context.Context, m api.Method, build func(api.Header) any, resp any) error {
+	return s.callWith(ctx, m, build, resp, nil)
 }
 
 // callWith is call with a hook run before every retry: if it reports done,
 // callWith returns its error (nil for success) without another attempt.
-func (s *Session) callWith(ctx context.Context, m api.Method, build func(api.Header) any, resp any, idempotent bool,
+func (s *Session) callWith(ctx context.Context, m api.Method, build func(api.Header) any, resp any,
 	beforeRetry func(ctx context.Context, last error) (done bool, err error)) error {
+	info, _ := m.Info() // an unknown method's zero entry is not idempotent
 	var last error
 	redirected := false
 	for attempt := 0; ; attempt++ {
@@ -57,7 +60,8 @@ func (s *Session) callWith(ctx context.Context, m api.Method, build func(api.Hea
 			return err
 		}
 		before := s.c.redirectCount()
-		sent, err := s.c.rpcOnce(ctx, m, build(h), resp)
+		req := build(h)
+		sent, err := s.c.rpcOnce(ctx, m, req, resp)
 		if err == nil {
 			return nil
 		}
@@ -87,7 +91,7 @@ func (s *Session) callWith(ctx context.Context, m api.Method, build func(api.Hea
 		if !retry {
 			return err
 		}
-		if sent && !noEffect && !idempotent {
+		if sent && !noEffect && !info.Retryable(req) {
 			return outcomeUnknown(m, err)
 		}
 		if s.c.redirectedSince(before, err) && !redirected {

@@ -9,7 +9,7 @@ import (
 )
 
 // failoverLease is the session lease of the fail-over tests: long enough
-// that a fail-over (master lease 1 s, then an election) ends well within
+// that a fail-over (master lease 0.8 s, then an election) ends well within
 // it, as with the 12 s default.
 const failoverLease = 8 * time.Second
 

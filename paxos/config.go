@@ -6,13 +6,27 @@ import (
 )
 
 // Defaults, in ticks of the caller's clock. The cell ticks every 10 ms, so
-// the master lease is about 1 s, renewed every 250 ms, and a follower that
-// hears nothing from the leader asks for a pre-vote after 1.1–1.32 s and
-// campaigns one round trip later: a killed master is replaced roughly a
-// lease plus 0.1–0.3 s after its last renewal.
+// the master lease is 0.8 s, renewed every 200 ms, and a follower that hears
+// nothing from the leader asks for a pre-vote 0.84–0.92 s after it last did
+// and campaigns one round trip later.
+//
+// The arithmetic behind them, for a master killed at time K whose last
+// renewal reached the acceptors at R (K−0.2 s ≤ R ≤ K):
+//   - every acceptor's grant to it ends by R + 0.8 s × (1 + drift) on the
+//     acceptor's clock, which is R + 0.808 s at the 1% drift bound;
+//   - the first follower asks for a pre-vote at R + 0.84 s at the earliest
+//     and R + 0.92 s at the latest (the jitter is a tenth of the wait), so
+//     its ballot never meets a live grant;
+//   - so the new master serves by R + 0.92 s plus a pre-vote, a prepare
+//     round and the fail-over barrier's slot (an fsync each, milliseconds),
+//     and the clients, which look for it from the moment the old one falls
+//     silent, find it then: under 1 s after the kill. The leader's own view of its lease is
+//     shortened by the drift bound (78 of its 80 ticks), and it renews every
+//     20 ticks, so a leader loses its lease only after about 0.6 s in which
+//     no renewal reached a majority (a stalled disk or process).
 const (
 	// DefaultLeaseTicks is the master lease length when Config.LeaseTicks is 0.
-	DefaultLeaseTicks = 100
+	DefaultLeaseTicks = 80
 	// DefaultDriftPPM is the clock-rate drift bound when Config.DriftPPM is 0:
 	// 1% (10 000 parts per million).
 	DefaultDriftPPM = 10_000
@@ -44,12 +58,16 @@ type Config struct {
 	HeartbeatTicks int
 	// ElectionTicks is the least number of ticks a follower waits without
 	// hearing from a leader before it asks for a pre-vote; the actual wait
-	// is drawn from [ElectionTicks, ElectionTicks+ElectionTicks/5] using
-	// Seed. A follower that heard a leader within the last ElectionTicks
-	// refuses others' pre-votes. If zero, LeaseTicks + LeaseTicks/10. It
-	// must exceed HeartbeatTicks. A leader that holds no lease for
-	// ElectionTicks steps down.
+	// is drawn from [ElectionTicks, ElectionTicks+ElectionJitterTicks]
+	// using Seed. A follower that heard a leader within the last
+	// ElectionTicks refuses others' pre-votes. If zero, LeaseTicks +
+	// LeaseTicks/20. It must exceed HeartbeatTicks. A leader that holds no
+	// lease for ElectionTicks steps down.
 	ElectionTicks int
+	// ElectionJitterTicks is the spread of the election wait (see
+	// ElectionTicks); it keeps followers from campaigning in the same tick.
+	// If zero, ElectionTicks/10; negative means none.
+	ElectionJitterTicks int
 	// DriftPPM bounds the relative difference of tick rates between any two
 	// replicas, in parts per million: a replica's tick may last up to
 	// (1+DriftPPM/1e6) times another's. The leader shortens its view of each
@@ -93,7 +111,12 @@ func (cfg Config) populate() Config {
 		cfg.HeartbeatTicks = cfg.LeaseTicks / 4
 	}
 	if cfg.ElectionTicks == 0 {
-		cfg.ElectionTicks = cfg.LeaseTicks + cfg.LeaseTicks/10
+		cfg.ElectionTicks = cfg.LeaseTicks + cfg.LeaseTicks/20
+	}
+	if cfg.ElectionJitterTicks == 0 {
+		cfg.ElectionJitterTicks = cfg.ElectionTicks / 10
+	} else if cfg.ElectionJitterTicks < 0 {
+		cfg.ElectionJitterTicks = 0
 	}
 	if cfg.DriftPPM == 0 {
 		cfg.DriftPPM = DefaultDriftPPM
@@ -144,6 +167,9 @@ func (cfg Config) validate() error {
 	}
 	if cfg.ElectionTicks <= cfg.HeartbeatTicks {
 		return bad("ElectionTicks %d must exceed HeartbeatTicks %d", cfg.ElectionTicks, cfg.HeartbeatTicks)
+	}
+	if cfg.ElectionJitterTicks > cfg.ElectionTicks {
+		return bad("ElectionJitterTicks %d exceeds ElectionTicks %d", cfg.ElectionJitterTicks, cfg.ElectionTicks)
 	}
 	if cfg.DriftPPM > MaxDriftPPM {
 		return bad("DriftPPM %d > %d", cfg.DriftPPM, MaxDriftPPM)

@@ -344,7 +344,7 @@ func (n *Node) Tick() {
 // resetElection restarts the election timer with fresh jitter.
 func (n *Node) resetElection() {
 	n.electionElapsed = 0
-	n.electionTimeout = n.cfg.ElectionTicks + n.rng.intn(n.cfg.ElectionTicks/5+1)
+	n.electionTimeout = n.cfg.ElectionTicks + n.rng.intn(n.cfg.ElectionJitterTicks+1)
 }
 
 // Step feeds a message from a peer into the node. It returns

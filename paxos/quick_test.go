@@ -117,7 +117,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("defaults rejected: %v", err)
 	}
 	n, _ := NewNode(base())
-	if n.cfg.LeaseTicks != 100 || n.cfg.HeartbeatTicks != 25 || n.cfg.ElectionTicks != 110 || n.effTTL != 98 {
+	if n.cfg.LeaseTicks != 80 || n.cfg.HeartbeatTicks != 20 || n.cfg.ElectionTicks != 84 || n.cfg.ElectionJitterTicks != 8 || n.effTTL != 78 {
 		t.Fatalf("defaults: %+v effTTL=%d", n.cfg, n.effTTL)
 	}
 	bad := []func(*Config){

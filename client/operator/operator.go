@@ -28,7 +28,7 @@ func (o *Operator) Client() *client.Client { return o.c }
 // if there is no master).
 func (o *Operator) Status(ctx context.Context) (*api.CellStatusResponse, error) {
 	var resp api.CellStatusResponse
-	if err := o.c.Call(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: o.c.Header().Token}, &resp, true); err != nil {
+	if err := o.c.Call(ctx, api.MethodCellStatus, &api.CellStatusRequest{Token: o.c.Header().Token}, &resp); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	return &resp, nil
@@ -54,7 +54,7 @@ func StatusOfReplica(ctx context.Context, cfg client.Config, addr string) (*api.
 func (o *Operator) CreateTenant(ctx context.Context, name string, quota api.TenantQuota, acl api.ACLNames) (api.TenantInfo, error) {
 	var resp api.TenantResponse
 	req := &api.TenantRequest{Header: o.c.Header(), Name: name, Quota: quota, ACL: acl}
-	if err := o.c.Call(ctx, api.MethodCreateTenant, req, &resp, false); err != nil {
+	if err := o.c.Call(ctx, api.MethodCreateTenant, req, &resp); err != nil {
 		return api.TenantInfo{}, fmt.Errorf("create tenant %s: %w", name, err)
 	}
 	return resp.Tenant, nil
@@ -64,7 +64,7 @@ func (o *Operator) CreateTenant(ctx context.Context, name string, quota api.Tena
 func (o *Operator) UpdateTenant(ctx context.Context, name string, quota api.TenantQuota) (api.TenantInfo, error) {
 	var resp api.TenantResponse
 	req := &api.TenantRequest{Header: o.c.Header(), Name: name, Quota: quota}
-	if err := o.c.Call(ctx, api.MethodUpdateTenant, req, &resp, true); err != nil {
+	if err := o.c.Call(ctx, api.MethodUpdateTenant, req, &resp); err != nil {
 		return api.TenantInfo{}, fmt.Errorf("update tenant %s: %w", name, err)
 	}
 	return resp.Tenant, nil
@@ -73,7 +73,7 @@ func (o *Operator) UpdateTenant(ctx context.Context, name string, quota api.Tena
 // ListTenants lists the tenants (cell administrator only).
 func (o *Operator) ListTenants(ctx context.Context) ([]api.TenantInfo, error) {
 	var resp api.ListTenantsResponse
-	if err := o.c.Call(ctx, api.MethodListTenants, &api.ListRequest{Header: o.c.Header()}, &resp, true); err != nil {
+	if err := o.c.Call(ctx, api.MethodListTenants, &api.ListRequest{Header: o.c.Header()}, &resp); err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
 	return resp.Tenants, nil
@@ -82,7 +82,7 @@ func (o *Operator) ListTenants(ctx context.Context) ([]api.TenantInfo, error) {
 // ListSessions lists the open sessions of tenant ("" for the caller's own).
 func (o *Operator) ListSessions(ctx context.Context, tenant string) ([]api.SessionInfo, error) {
 	var resp api.ListSessionsResponse
-	if err := o.c.Call(ctx, api.MethodListSessions, &api.ListRequest{Header: o.c.Header(), Tenant: tenant}, &resp, true); err != nil {
+	if err := o.c.Call(ctx, api.MethodListSessions, &api.ListRequest{Header: o.c.Header(), Tenant: tenant}, &resp); err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	return resp.Sessions, nil
@@ -91,7 +91,7 @@ func (o *Operator) ListSessions(ctx context.Context, tenant string) ([]api.Sessi
 // ListLocks lists the held locks of tenant ("" for the caller's own).
 func (o *Operator) ListLocks(ctx context.Context, tenant string) ([]api.LockInfo, error) {
 	var resp api.ListLocksResponse
-	if err := o.c.Call(ctx, api.MethodListLocks, &api.ListRequest{Header: o.c.Header(), Tenant: tenant}, &resp, true); err != nil {
+	if err := o.c.Call(ctx, api.MethodListLocks, &api.ListRequest{Header: o.c.Header(), Tenant: tenant}, &resp); err != nil {
 		return nil, fmt.Errorf("list locks: %w", err)
 	}
 	return resp.Locks, nil
@@ -103,10 +103,11 @@ func (o *Operator) ListLocks(ctx context.Context, tenant string) ([]api.LockInfo
 // again. info names it for RevokeToken.
 func (o *Operator) IssueToken(ctx context.Context, tenant, principal string) (token string, info api.TokenInfo, err error) {
 	var resp api.IssueTokenResponse
-	// Not idempotent: a lost reply leaves a token nobody knows, which the
-	// administrator may revoke (ListTokens shows it).
+	// Not idempotent (the api method table): a lost reply leaves a token
+	// nobody knows, which the administrator may revoke (ListTokens shows
+	// it).
 	req := &api.IssueTokenRequest{Header: o.c.Header(), Tenant: tenant, Principal: principal}
-	if err := o.c.Call(ctx, api.MethodIssueToken, req, &resp, false); err != nil {
+	if err := o.c.Call(ctx, api.MethodIssueToken, req, &resp); err != nil {
 		return "", api.TokenInfo{}, fmt.Errorf("issue token for %s/%s: %w", tenant, principal, err)
 	}
 	return resp.Token, resp.Info, nil
@@ -117,7 +118,7 @@ func (o *Operator) IssueToken(ctx context.Context, tenant, principal string) (to
 func (o *Operator) RevokeToken(ctx context.Context, tenant, id string) (api.TokenInfo, error) {
 	var resp api.IssueTokenResponse
 	req := &api.RevokeTokenRequest{Header: o.c.Header(), Tenant: tenant, ID: id}
-	if err := o.c.Call(ctx, api.MethodRevokeToken, req, &resp, false); err != nil {
+	if err := o.c.Call(ctx, api.MethodRevokeToken, req, &resp); err != nil {
 		return api.TokenInfo{}, fmt.Errorf("revoke token %s of %s: %w", id, tenant, err)
 	}
 	return resp.Info, nil
@@ -127,7 +128,7 @@ func (o *Operator) RevokeToken(ctx context.Context, tenant, id string) (api.Toke
 // administrator only).
 func (o *Operator) ListTokens(ctx context.Context, tenant string) ([]api.TokenInfo, error) {
 	var resp api.ListTokensResponse
-	if err := o.c.Call(ctx, api.MethodListTokens, &api.ListRequest{Header: o.c.Header(), Tenant: tenant}, &resp, true); err != nil {
+	if err := o.c.Call(ctx, api.MethodListTokens, &api.ListRequest{Header: o.c.Header(), Tenant: tenant}, &resp); err != nil {
 		return nil, fmt.Errorf("list tokens of %s: %w", tenant, err)
 	}
 	return resp.Tokens, nil
@@ -150,7 +151,7 @@ func (o *Operator) StepDown(ctx context.Context, next uint64) error {
 // does not say).
 func (o *Operator) HandOver(ctx context.Context, next uint64) (uint64, error) {
 	var resp api.StepDownResponse
-	if err := o.c.Call(ctx, api.MethodStepDown, &api.StepDownRequest{Header: o.c.Header(), Next: next}, &resp, false); err != nil {
+	if err := o.c.Call(ctx, api.MethodStepDown, &api.StepDownRequest{Header: o.c.Header(), Next: next}, &resp); err != nil {
 		return 0, fmt.Errorf("step down: %w", err)
 	}
 	return resp.Successor, nil

@@ -307,6 +307,16 @@ func (env *Env) cmdAddNodes(flags map[string][]string) error {
 			return err
 		}
 	}
+	// The scripts were written when the election jitter was a fifth of
+	// the election wait; "jitter" overrides it.
+	jitter, err := intFlag(flags, "jitter", cfg.ElectionTicks/5)
+	if err != nil {
+		return err
+	}
+	cfg.ElectionJitterTicks = jitter
+	if jitter == 0 {
+		cfg.ElectionJitterTicks = -1 // none
+	}
 	drift, err := intFlag(flags, "drift", 10_000)
 	if err != nil {
 		return err

@@ -86,9 +86,9 @@ func TargetChecker(w string) string { return targets[w] }
 // Weakenings lists the weakenings.
 func Weakenings() []string { return []string{WeakenNoFence, WeakenSkew, WeakenNoFsync, WeakenLockCtx} }
 
-// MasterLease is the master lease of the cell's default timings (100 ticks
+// MasterLease is the master lease of the cell's default timings (80 ticks
 // of 10 ms).
-const MasterLease = time.Second
+const MasterLease = 800 * time.Millisecond
 
 // DriftBound is the cell's default clock-rate drift bound (1%).
 const DriftBound = 0.01
