@@ -7,7 +7,8 @@ package api
 // same exchange on a stream the master holds open as a long-poll; a client
 // with many sessions sends their KeepAlives on one KeepAliveStream instead
 // (KeepAliveStreamRequest), so that it parks one stream, not one per
-// session.
+// session, and batches them there (KeepAliveBatchRequest), so that the
+// master parks one long-poll per connection, not one per session.
 //
 // Every request after CreateSession names its session and the master epoch
 // the client believes in; a request from an older epoch is refused with

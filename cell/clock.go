@@ -153,23 +153,3 @@ func (c *cellClock) now() (int64, error) {
 	s, _, err := c.nextLocked()
 	return s, err
 }
-
-// newProposal stamps and encodes op for caller as a proposal whose done is
-// called with the outcome. It is the one place commands are stamped. A
-// caller that ends up not handing the proposal to the run loop must call
-// drop (once done runs, drop does nothing).
-func (r *Replica) newProposal(caller namespace.Caller, op namespace.Op, done func(namespace.Result, error)) (p *proposal, drop func(), err error) {
-	stamp, settled, err := r.clock.stamp(op)
-	if err != nil {
-		return nil, nil, errUnavailable("reading the cell's clock: " + err.Error())
-	}
-	data, err := namespace.EncodeCommand(namespace.Command{Time: stamp, Caller: caller, Op: op})
-	if err != nil {
-		settled()
-		return nil, nil, errInvalid(err.Error())
-	}
-	return &proposal{data: data, start: time.Now(), done: func(res namespace.Result, err error) {
-		settled()
-		done(res, err)
-	}}, settled, nil
-}

@@ -8,12 +8,15 @@
 //
 // One goroutine (Replica.run) owns the paxos.Node. It ticks the node from a
 // ticker (Config.Tick), steps it with peer messages from the transport,
-// hands it client commands, and carries out each Ready in the order
-// paxos/doc.go prescribes: messages that depend on no persistence leave
-// first, then the hard state and accepted entries are saved in one synced
-// Pebble batch, then the remaining messages leave, a snapshot is installed,
-// chosen slots are applied to the namespace in order (one Pebble batch per
-// slot), proposal outcomes are delivered, and the node advances. A storage
+// hands it commands from the one propose pipeline (pipeline.go: every
+// command is routed once, stamped once, proposed once under the master
+// lease, and answered exactly once), and carries out each Ready in the
+// order paxos/doc.go prescribes, written in one function (Replica.execute):
+// messages that depend on no persistence leave first, then the hard state
+// and accepted entries are saved in one synced Pebble batch, then the
+// remaining messages leave, a snapshot is installed, chosen slots are
+// applied to the namespace in order (one Pebble batch per slot), proposal
+// outcomes are delivered, and the node advances. A storage
 // error stops the replica (Done, Err); it never continues on a guess. Every
 // SnapshotEvery applied slots the namespace is snapshotted into the Paxos
 // log's store and the log below it is dropped; lagging peers get the

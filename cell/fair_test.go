@@ -76,7 +76,7 @@ func TestBucketProperty(t *testing.T) {
 func testScheduler(window, queue int, weights map[string]int) *scheduler {
 	r := &Replica{cfg: Config{ProposalWindow: window, TenantQueue: queue}}
 	r.metrics = newMetrics(r)
-	s := newScheduler(r, nil)
+	s := newScheduler(r, nil, func() {})
 	s.weight = func(t string) int {
 		if w := weights[t]; w > 0 {
 			return w
@@ -89,7 +89,7 @@ func testScheduler(window, queue int, weights map[string]int) *scheduler {
 func submitN(t *testing.T, s *scheduler, tenant string, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		if err := s.submit(tenant, &schedItem{caller: namespace.Caller{Tenant: tenant, Principal: "p"}, op: &namespace.CreateSession{}, done: func(namespace.Result, error) {}}, false); err != nil {
+		if err := s.submit(tenant, &proposal{caller: namespace.Caller{Tenant: tenant, Principal: "p"}, op: &namespace.CreateSession{}, done: func(namespace.Result, error) {}}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,12 +138,12 @@ func TestSchedulerWeightedRoundRobin(t *testing.T) {
 func TestSchedulerWindowAndShedding(t *testing.T) {
 	s := testScheduler(2, 3, nil)
 	submitN(t, s, "a", 3)
-	err := s.submit("a", &schedItem{done: func(namespace.Result, error) {}}, false)
+	err := s.submit("a", &proposal{done: func(namespace.Result, error) {}}, false)
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Code != api.ResourceExhausted || ae.RetryAfter <= 0 {
 		t.Fatalf("submit to a full queue: %v; want ResourceExhausted with RetryAfter", err)
 	}
-	if err := s.submit("a", &schedItem{done: func(namespace.Result, error) {}}, true); err != nil {
+	if err := s.submit("a", &proposal{done: func(namespace.Result, error) {}}, true); err != nil {
 		t.Fatalf("a forced submit was shed: %v", err)
 	}
 	submitN(t, s, "b", 1)

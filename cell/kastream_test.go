@@ -3,6 +3,7 @@ package cell_test
 import (
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -163,6 +164,21 @@ func TestKeepAliveBatchFrames(t *testing.T) {
 		var one api.KeepAliveStreamReply
 		if err := f.Decode(&one); err != nil || one.Call != 4 || one.KeepAlive == nil {
 			t.Fatalf("per-session reply on a batch stream: %+v %v", one, err)
+		}
+		// A malformed batch frame ends the stream with an error frame naming
+		// the method.
+		if err := s.WriteFrame(ctx, uint16(api.MethodKeepAliveBatch), "not a batch"); err != nil {
+			t.Fatal(err)
+		}
+		if f, err = s.ReadFrame(ctx); err != nil || f.Tag != api.ReplyError {
+			t.Fatalf("malformed batch frame: %v tag %#x, want a ReplyError frame", err, f.Tag)
+		}
+		var ae api.Error
+		if err := f.Decode(&ae); err != nil || ae.Code != api.InvalidArgument || !strings.Contains(ae.Msg, "KeepAliveBatch") {
+			t.Fatalf("malformed batch frame: %+v %v", ae, err)
+		}
+		if _, err := s.ReadFrame(ctx); !errors.Is(err, io.EOF) {
+			t.Fatalf("after the error frame: %v, want EOF", err)
 		}
 	})
 }

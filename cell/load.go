@@ -37,7 +37,8 @@ func (m *master) loadLoop() {
 			return
 		case <-t.C:
 		}
-		next := leaseExtensionFor(len(m.r.proposeC), cap(m.r.proposeC), cur, max)
+		queued, capacity := m.r.pipe.load()
+		next := leaseExtensionFor(queued, capacity, cur, max)
 		if next == cur {
 			continue
 		}

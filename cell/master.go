@@ -55,7 +55,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &master{r: r, epoch: epoch, sessions: mgr, ctx: ctx, cancel: cancel}
 	m.lim = newLimiter(r)
-	m.sched = newScheduler(r, m.lim)
+	m.sched = newScheduler(r, m.lim, r.pipe.poke)
 	m.owners = newSessionOwners()
 	m.subs = newSubscriptions(m.owners.owner,
 		func(c namespace.Caller, path string) (bool, error) { return r.ns.Allowed(c, path, api.PermRead) },
@@ -108,12 +108,8 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		cancel()
 		return nil, err
 	}
-	m.wg.Add(2)
+	m.wg.Add(1)
 	go m.expireLoop()
-	go func() {
-		defer m.wg.Done()
-		m.sched.run(m.ctx)
-	}()
 	if r.cfg.MaxSessionLease > r.cfg.SessionLease {
 		m.wg.Add(1)
 		go m.loadLoop()
@@ -121,31 +117,36 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	return m, nil
 }
 
-// masterProposer is how the lock queues of m reach Paxos: a tenant's
-// Acquire goes through the fair scheduler under its tenant (a queued one
-// never shed), the administrator's straight to Paxos, and a release of a
-// grant nobody waits for straight to Paxos.
+// masterProposer is how the lock queues of m reach Paxos: through the
+// pipeline under m, a try as its caller's request, a queued waiter's
+// Acquire as a waiter's (never shed), and a release of a grant nobody
+// waits for as the cell's own clean-up (routeFor decides the routes).
 type masterProposer struct{ m *master }
 
 func (p masterProposer) acquire(caller namespace.Caller, op *namespace.Acquire, queued bool, done func(namespace.Result, error)) {
-	if queued && caller.Tenant == "" {
-		go p.m.r.proposeAsync(caller, op, done)
-		return
+	o := originRequest
+	if queued {
+		o = originWaiter
 	}
-	p.m.sched.proposeAsync(caller, op, queued, done)
+	// A waiter's or a try's cancellation is the lock queues' to handle
+	// (they give back a grant nobody waits for), so the Acquire is
+	// submitted under no context of the caller's.
+	p.m.r.pipe.submit(context.Background(), p.m, o, caller, op, done)
 }
 
 func (p masterProposer) release(caller namespace.Caller, op *namespace.Release) {
-	go p.m.r.proposeAsync(caller, op, func(namespace.Result, error) {})
+	p.m.r.pipe.submit(context.Background(), p.m, originCell, caller, op, func(namespace.Result, error) {})
 }
 
 // stop ends the role: every lock waiter is told to retry with the new
-// master, and parked KeepAlives return NotMaster.
+// master, parked KeepAlives return NotMaster, and tenant commands still
+// queued for Paxos are answered NotMaster. Run loop only.
 func (m *master) stop() {
 	m.cancel()
 	m.locks.stop(m.r.notMaster())
 	m.sessions.Stop()
 	m.wg.Wait()
+	m.sched.close()
 }
 
 // expireLoop turns the session manager's expiry decisions into logged
@@ -163,7 +164,7 @@ func (m *master) expireLoop() {
 			}
 			m.r.metrics.expiries.Inc()
 			m.r.log.Info("session lease ran out; expiring it", "session", d.Session)
-			m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: uint64(d.Session)}, func(res namespace.Result, err error) {
+			m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), &namespace.ExpireSession{Session: uint64(d.Session)}, func(res namespace.Result, err error) {
 				if err != nil {
 					m.r.log.Warn("expiring session failed; the next master will decide again", "session", d.Session, "err", err)
 				}
@@ -207,6 +208,6 @@ func (m *master) onApplied(res namespace.Result) {
 func (m *master) tokenRevoked(id string) {
 	for _, sess := range m.owners.boundTo(id) {
 		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
-		go m.r.proposeAsync(m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
+		m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
 	}
 }

@@ -97,7 +97,7 @@ func newMetrics(r *Replica) *metrics {
 	f(m.tenantQueued)
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lockcell", Name: "sessions", Help: "Live sessions known to this master."}, func() float64 {
 		if ms := r.master.Load(); ms != nil {
-			return float64(ms.sessions.Stats().Sessions)
+			return float64(ms.sessions.Sessions())
 		}
 		return 0
 	}))
@@ -135,7 +135,9 @@ func (m *metrics) observeRPC(tenant string, method api.Method, err error, d time
 		tenant = "-"
 	}
 	m.rpcs.WithLabelValues(tenant, method.String(), code.String()).Inc()
-	if method != api.MethodKeepAlive {
+	// A KeepAlive's (or a batch's) latency is its long-poll: it would
+	// drown the latency of the calls that answer at once.
+	if method != api.MethodKeepAlive && method != api.MethodKeepAliveBatch {
 		m.rpcLatency.WithLabelValues(method.String()).Observe(d.Seconds())
 		m.tenantLatency.WithLabelValues(tenant).Observe(d.Seconds())
 	}

@@ -50,8 +50,9 @@ type Replica struct {
 	httpSrv *http.Server
 	httpLn  net.Listener
 
-	proposeC chan *proposal
-	ctlC     chan func()
+	// pipe is the one way commands reach Paxos (pipeline.go).
+	pipe *pipeline
+	ctlC chan func()
 
 	// status is the core's status after the loop's latest step.
 	status atomic.Pointer[paxos.Status]
@@ -110,21 +111,12 @@ type Replica struct {
 
 	// Loop-owned state: touched only by the run loop goroutine.
 	node     *paxos.Node
-	waiters  map[paxos.ProposalID]*proposal
 	lastSnap uint64
 	// handing is the planned hand-over StepDown is waiting for; nil if none.
 	handing *handing
 	// promised is the promised ballot of the latest Ready that carried a
 	// HardState.
 	promised paxos.Ballot
-}
-
-// proposal is a command on its way through Paxos. done is called exactly
-// once, on the run loop goroutine, and must not block.
-type proposal struct {
-	data  []byte
-	start time.Time
-	done  func(res namespace.Result, err error)
 }
 
 // Start opens the replica's store under cfg.DataDir, starts its endpoint
@@ -144,12 +136,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	r := &Replica{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		proposeC: make(chan *proposal, 4096),
-		ctlC:     make(chan func()),
-		done:     make(chan struct{}),
-		waiters:  map[paxos.ProposalID]*proposal{},
+		cfg:  cfg,
+		log:  cfg.Logger,
+		ctlC: make(chan func()),
+		done: make(chan struct{}),
 	}
 	up := make(chan struct{})
 	r.masterUp.Store(&up)
@@ -183,6 +173,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		return failed(err)
 	}
 	r.clock = newCellClock(cfg.wallClock, monotime.Real(), r.ns.Clock)
+	r.pipe = r.replicaPipeline()
 	loopCtx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.stopping = cancel, loopCtx.Done()
 	r.guardDone = make(chan struct{})
@@ -383,7 +374,7 @@ func (r *Replica) Status() Status {
 		KeepAliveFrames: r.kaFrames.Load(),
 	}
 	if m != nil {
-		out.Sessions = m.sessions.Stats().Sessions
+		out.Sessions = m.sessions.Sessions()
 		out.LockWaiters = m.locks.count()
 	}
 	return out
@@ -554,7 +545,7 @@ func (r *Replica) syncGuard(ctx context.Context) {
 func (r *Replica) run(ctx context.Context) {
 	defer close(r.done)
 	defer r.loseMaster("stopped")
-	defer r.failWaiters()
+	defer r.pipe.stop()
 	interval := r.tickInterval()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -582,19 +573,11 @@ func (r *Replica) run(ctx context.Context) {
 				r.fail(err)
 				return
 			}
-		case p := <-r.proposeC:
+		case <-r.pipe.wake:
 			r.watch.begin()
-			r.proposeNow(p)
-			// Drain what else arrived, so that concurrent proposals share
-			// one slot (group commit).
-			for more := true; more; {
-				select {
-				case p := <-r.proposeC:
-					r.proposeNow(p)
-				default:
-					more = false
-				}
-			}
+			// Everything queued goes into the core together, so that
+			// concurrent proposals share one slot (group commit).
+			r.pipe.dispatch()
 		case f := <-r.ctlC:
 			r.watch.begin()
 			f()
@@ -655,89 +638,140 @@ func (r *Replica) step(pm transport.PeerMessage) error {
 	return nil
 }
 
-func (r *Replica) proposeNow(p *proposal) {
-	id, err := r.node.Propose(p.data)
-	if err != nil {
-		p.done(namespace.Result{}, r.proposeError(err))
-		return
-	}
-	r.metrics.proposals.Inc()
-	r.waiters[id] = p
+// effects is what one Ready asks of the replica, gathered in one value
+// (effectsOf) so that the order in which it is carried out is written in
+// one function (execute).
+type effects struct {
+	rd paxos.Ready
+	// soft is the Ready's new soft state, if any; newPromise reports a
+	// promised ballot other than the last one persisted.
+	soft       *paxos.SoftState
+	newPromise bool
+	// early are the messages that depend on nothing this Ready persists
+	// (a leader's Accepts, chosen values: see
+	// paxos.Message.DependsOnPersist); late are the others.
+	early, late []paxos.Message
+	// persist reports hard state or entries to save, fsynced if mustSync.
+	persist  bool
+	mustSync bool
+	// snapshot, chosen: state to install, slots to apply, in this order.
+	snapshot paxos.Snapshot
+	chosen   []paxos.Entry
+	// refusals are the outcomes of this replica's proposals that the core
+	// ended without applying them.
+	refusals []paxos.Outcome
 }
 
-// processReady carries out the core's Ready batches in the order paxos/doc.go
-// prescribes: send what may go early → persist (fsync) → send the rest →
-// install snapshot → apply → outcomes → Advance.
+// effectsOf sorts a Ready into the effects it asks for.
+func (r *Replica) effectsOf(rd paxos.Ready) *effects {
+	fx := &effects{rd: rd, soft: rd.SoftState, snapshot: rd.Snapshot, chosen: rd.Chosen, refusals: rd.Outcomes}
+	fx.newPromise = !rd.HardState.IsEmpty() && rd.HardState.Promised != r.promised
+	for _, m := range rd.Messages {
+		if m.DependsOnPersist() {
+			fx.late = append(fx.late, m)
+		} else {
+			fx.early = append(fx.early, m)
+		}
+	}
+	fx.persist = !rd.HardState.IsEmpty() || len(rd.Entries) > 0
+	fx.mustSync = rd.MustSync
+	return fx
+}
+
+// processReady carries out the core's Ready batches.
 func (r *Replica) processReady() error {
 	for r.node.HasReady() {
-		rd := r.node.Ready()
-		endRole := rd.SoftState != nil && !rd.SoftState.Master && r.masterGone(rd.SoftState)
-		if rd.SoftState != nil || (!rd.HardState.IsEmpty() && rd.HardState.Promised != r.promised) {
-			// A new promise (perhaps our own campaign's) or a new leader:
-			// not on every chosen slot, which costs the master nothing.
-			if !rd.HardState.IsEmpty() {
-				r.promised = rd.HardState.Promised
-			}
-			st := r.node.Status()
-			r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
+		if err := r.execute(r.effectsOf(r.node.Ready())); err != nil {
+			return err
 		}
-		// Messages that depend on nothing this Ready persists (a leader's
-		// Accepts, chosen values) leave first, so that the leader's own
-		// fsync overlaps its followers' (see paxos.Message.DependsOnPersist).
-		for _, m := range rd.Messages {
-			if !m.DependsOnPersist() {
-				r.send(m)
-			}
-		}
-		if !rd.HardState.IsEmpty() || len(rd.Entries) > 0 {
-			t0 := time.Now()
-			if rd.MustSync && r.cfg.SyncDelay > 0 {
-				time.Sleep(r.cfg.SyncDelay)
-			}
-			if err := r.logdb.Save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
-				return fmt.Errorf("saving paxos state: %w", err)
-			}
-			if rd.MustSync {
-				r.metrics.fsync.Observe(time.Since(t0).Seconds())
-				if err := r.store.recordGuard(false); err != nil {
-					return err
-				}
-			}
-		}
-		for _, m := range rd.Messages {
-			if m.DependsOnPersist() {
-				r.send(m)
-			}
-		}
-		if endRole {
-			why := "leadership lost"
-			if r.successor.Load() != 0 {
-				why = "handed over"
-			}
-			r.loseMaster(why)
-		}
-		if !rd.Snapshot.IsEmpty() {
-			if err := r.installSnapshot(rd.Snapshot); err != nil {
-				return err
-			}
-		}
-		for _, e := range rd.Chosen {
-			if err := r.apply(e); err != nil {
-				return err
-			}
-		}
-		for _, o := range rd.Outcomes {
-			if o.Err == nil {
-				continue // delivered when its slot was applied
-			}
-			if p, ok := r.waiters[o.ID]; ok {
-				delete(r.waiters, o.ID)
-				p.done(namespace.Result{}, r.proposeError(o.Err))
-			}
-		}
-		r.node.Advance(rd)
 	}
 	return r.maybeSnapshot()
+}
+
+// execute carries out one Ready's effects in the order paxos/doc.go
+// prescribes: note the role → send what may go early → persist (fsync) →
+// send the rest → end the master role → install snapshot → apply, command
+// by command: the master role follows the state, then the proposer gets
+// the result → answer the refused proposals → Advance. It is the one place
+// that order is written.
+func (r *Replica) execute(fx *effects) error {
+	rd := fx.rd
+	// 0. A Ready that ends mastership stops serving before any of its
+	// messages leave (masterGone).
+	endRole := fx.soft != nil && !fx.soft.Master && r.masterGone(fx.soft)
+	if fx.soft != nil || fx.newPromise {
+		// A new promise (perhaps our own campaign's) or a new leader:
+		// not on every chosen slot, which costs the master nothing.
+		if !rd.HardState.IsEmpty() {
+			r.promised = rd.HardState.Promised
+		}
+		st := r.node.Status()
+		r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
+	}
+	// 1. Messages that depend on nothing persisted leave first, so that
+	// the leader's own fsync overlaps its followers'.
+	for _, m := range fx.early {
+		r.send(m)
+	}
+	// 2. Persist.
+	if fx.persist {
+		t0 := time.Now()
+		if fx.mustSync && r.cfg.SyncDelay > 0 {
+			time.Sleep(r.cfg.SyncDelay)
+		}
+		if err := r.logdb.Save(rd.HardState, rd.Entries, fx.mustSync); err != nil {
+			return fmt.Errorf("saving paxos state: %w", err)
+		}
+		if fx.mustSync {
+			r.metrics.fsync.Observe(time.Since(t0).Seconds())
+			if err := r.store.recordGuard(false); err != nil {
+				return err
+			}
+		}
+	}
+	// 3. Send the rest.
+	for _, m := range fx.late {
+		r.send(m)
+	}
+	// 4. End the master role once the successor has been told.
+	if endRole {
+		why := "leadership lost"
+		if r.successor.Load() != 0 {
+			why = "handed over"
+		}
+		r.loseMaster(why)
+	}
+	// 5. Install a snapshot, then apply chosen slots in order.
+	if !fx.snapshot.IsEmpty() {
+		if err := r.installSnapshot(fx.snapshot); err != nil {
+			return err
+		}
+	}
+	for _, e := range fx.chosen {
+		results, err := r.apply(e)
+		if err != nil {
+			return err
+		}
+		m := r.master.Load()
+		for i, c := range e.Value.Cmds {
+			if results == nil {
+				break // covered by a snapshot: the core reports the outcomes
+			}
+			// The master role's memory (waiters, sessions, events) follows
+			// each command before its proposer hears of it, and before the
+			// next command is looked at, so that an outcome handler (a lock
+			// queue's) sees the state its own command left.
+			if m != nil {
+				m.onApplied(results[i])
+			}
+			r.pipe.answer(c.ID, results[i])
+		}
+	}
+	// 6. Answer the proposals the core ended without applying them.
+	r.pipe.refuse(fx.refusals)
+	// 7. Advance.
+	r.node.Advance(rd)
+	return nil
 }
 
 func (r *Replica) send(m paxos.Message) {
@@ -763,33 +797,23 @@ func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 	return nil
 }
 
-func (r *Replica) apply(e paxos.Entry) error {
+// apply applies one chosen slot to the namespace and returns its commands'
+// results, or nil if a snapshot already covered the slot.
+func (r *Replica) apply(e paxos.Entry) ([]namespace.Result, error) {
 	cmds := make([][]byte, len(e.Value.Cmds))
 	for i, c := range e.Value.Cmds {
 		cmds[i] = c.Data
 	}
 	results, err := r.ns.ApplySlot(uint64(e.Slot), cmds)
 	if errors.Is(err, namespace.ErrAlreadyApplied) {
-		return nil // a snapshot already covered it
+		return nil, nil // a snapshot already covered it
 	}
 	if err != nil {
-		return fmt.Errorf("applying slot %d: %w", e.Slot, err)
+		return nil, fmt.Errorf("applying slot %d: %w", e.Slot, err)
 	}
 	r.sums.record(uint64(e.Slot), r.ns.Checksum())
 	r.metrics.batchSize.Observe(float64(len(cmds)))
-	m := r.master.Load()
-	for i, c := range e.Value.Cmds {
-		res := results[i]
-		if m != nil {
-			m.onApplied(res)
-		}
-		if p, ok := r.waiters[c.ID]; ok {
-			delete(r.waiters, c.ID)
-			r.metrics.commitLatency.Observe(time.Since(p.start).Seconds())
-			p.done(res, nil)
-		}
-	}
-	return nil
+	return results, nil
 }
 
 // maybeSnapshot compacts the Paxos log every SnapshotEvery applied slots.
@@ -849,6 +873,9 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	r.observeRebuild(&st)
 	if prev.Rebuild.Phase != paxos.RebuildNone && st.Rebuild.Phase == paxos.RebuildNone {
 		r.rebuilt(&st)
+	}
+	if st.Master && !prev.Master {
+		r.pipe.poke() // commands held while the lease lapsed may go now
 	}
 	m := r.master.Load()
 	switch {
@@ -938,68 +965,6 @@ func (r *Replica) loseMaster(why string) {
 	}
 	m.stop()
 	r.log.Info("master role ended", "why", why, "epoch", paxos.Ballot(m.epoch).String())
-}
-
-// failWaiters answers every proposal still waiting when the loop stops.
-func (r *Replica) failWaiters() {
-	for id, p := range r.waiters {
-		delete(r.waiters, id)
-		p.done(namespace.Result{}, errUnavailable("the replica stopped; the command may or may not have been applied"))
-	}
-	for {
-		select {
-		case p := <-r.proposeC:
-			p.done(namespace.Result{}, errUnavailable("the replica stopped"))
-		default:
-			return
-		}
-	}
-}
-
-// propose runs op through Paxos on behalf of caller and returns its applied
-// result. The command is stamped with the cell's time (see cellClock), the
-// only time the namespace ever uses. If ctx ends first the command may still
-// be applied later.
-func (r *Replica) propose(ctx context.Context, caller namespace.Caller, op namespace.Op) (namespace.Result, error) {
-	type outcome struct {
-		res namespace.Result
-		err error
-	}
-	ch := make(chan outcome, 1)
-	p, drop, err := r.newProposal(caller, op, func(res namespace.Result, err error) { ch <- outcome{res, err} })
-	if err != nil {
-		return namespace.Result{}, err
-	}
-	select {
-	case r.proposeC <- p:
-	case <-ctx.Done():
-		drop()
-		return namespace.Result{}, ctxError(ctx)
-	case <-r.done:
-		drop()
-		return namespace.Result{}, errUnavailable("the replica stopped")
-	}
-	select {
-	case o := <-ch:
-		return o.res, o.err
-	case <-ctx.Done():
-		return namespace.Result{}, ctxError(ctx)
-	}
-}
-
-// proposeAsync runs op through Paxos and calls done with the result on the
-// run loop goroutine; done must not block.
-func (r *Replica) proposeAsync(caller namespace.Caller, op namespace.Op, done func(namespace.Result, error)) {
-	p, _, err := r.newProposal(caller, op, done)
-	if err != nil {
-		done(namespace.Result{}, err)
-		return
-	}
-	select {
-	case r.proposeC <- p:
-	case <-r.done:
-		p.done(namespace.Result{}, errUnavailable("the replica stopped"))
-	}
 }
 
 // quietPebbleLogger routes Pebble's logs to slog at debug level (errors at

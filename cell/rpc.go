@@ -271,13 +271,10 @@ func (c *rpcCall) ownSession(m *master, sess uint64) error {
 	return nil
 }
 
-// propose runs op for the caller: a tenant principal's command goes through
-// the master's fair scheduler, the administrator's straight to Paxos.
+// propose runs op through the pipeline as the caller's request and waits
+// for its outcome (routeFor decides how it travels).
 func (c *rpcCall) propose(ctx context.Context, op namespace.Op) (namespace.Result, error) {
-	if c.caller.Tenant == "" || c.m == nil {
-		return c.r.propose(ctx, c.caller, op)
-	}
-	return c.m.sched.propose(ctx, c.caller, op)
+	return c.r.pipe.do(ctx, c.m, originRequest, c.caller, op)
 }
 
 // read admits one read of the caller's tenant under its fair share of

@@ -13,10 +13,11 @@ import (
 // (for operators' tooling and the dev cell). It fails with NotMaster on a
 // replica that is not master.
 func (r *Replica) CreateTenant(ctx context.Context, name string, quota api.TenantQuota) (api.TenantInfo, error) {
-	if r.serving() == nil {
+	m := r.serving()
+	if m == nil {
 		return api.TenantInfo{}, r.notMaster()
 	}
-	reply, err := result(r.propose(ctx, r.admin(), &namespace.CreateTenant{Name: name, Quota: quota}))
+	reply, err := result(r.pipe.do(ctx, m, originRequest, r.admin(), &namespace.CreateTenant{Name: name, Quota: quota}))
 	if err != nil {
 		return api.TenantInfo{}, err
 	}
@@ -27,7 +28,7 @@ func handleCreateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest)
 	if req.Name == AdminTenant {
 		return nil, errInvalid("the tenant name " + AdminTenant + " is reserved for cell administrators")
 	}
-	reply, err := result(c.r.propose(ctx, c.caller, &namespace.CreateTenant{Name: req.Name, Quota: req.Quota, ACL: req.ACL}))
+	reply, err := result(c.propose(ctx, &namespace.CreateTenant{Name: req.Name, Quota: req.Quota, ACL: req.ACL}))
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +36,7 @@ func handleCreateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest)
 }
 
 func handleUpdateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest) (any, error) {
-	reply, err := result(c.r.propose(ctx, c.caller, &namespace.UpdateTenant{Name: req.Name, Quota: req.Quota}))
+	reply, err := result(c.propose(ctx, &namespace.UpdateTenant{Name: req.Name, Quota: req.Quota}))
 	if err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ func (n *Node) onPrepare(m Message) {
 			ents = append(ents, e)
 		}
 	}
-	n.send(Message{Type: MsgPromise, To: m.From, Ballot: m.Ballot, Entries: ents, Compacted: n.compacted, Tick: m.Tick})
+	n.send(Message{Type: MsgPromise, To: m.From, Ballot: m.Ballot, Entries: ents, Compacted: n.compacted, Tick: m.Tick, ConfIndex: n.conf.Index})
 }
 
 // onAccept handles Phase 2a (and heartbeats, which are accepts without
@@ -67,6 +67,13 @@ func (n *Node) onPrepare(m Message) {
 func (n *Node) onAccept(m Message) {
 	if !n.voting() {
 		n.learnFromAccept(m)
+		if n.rb == nil && n.conf.isLearner(n.id) && n.conf.isVoter(m.From) {
+			// A learner tells the leader how far it knows the log chosen
+			// (the Accepted's Commit), so that it can be promoted once
+			// caught up. It accepts nothing and grants nothing: the
+			// leader counts no learner's acknowledgement.
+			n.send(Message{Type: MsgAccepted, To: m.From, Ballot: m.Ballot, Tick: m.Tick, Learner: true})
+		}
 		return
 	}
 	if m.Ballot < n.promised {
@@ -90,6 +97,15 @@ func (n *Node) onAccept(m Message) {
 		slots = make([]Slot, 0, len(m.Entries))
 	}
 	for _, e := range m.Entries {
+		if e.Value.Conf != nil && e.Slot-1 > n.chosen {
+			// A membership change is accepted only by a replica that knows
+			// every slot below it chosen (the leader proposed it knowing
+			// so): whoever votes for it knows the membership it replaces.
+			// Not acknowledged now; the leader retransmits it.
+			if n.learnCommitted(m); e.Slot-1 > n.chosen {
+				continue
+			}
+		}
 		slots = append(slots, e.Slot)
 		if e.Slot <= n.chosen || e.Slot <= n.compacted {
 			// Already chosen here; any value proposed at a ballot at or above

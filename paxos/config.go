@@ -44,10 +44,15 @@ const (
 // Config configures a Node. The zero value of every field but ID, Replicas
 // and Storage selects a documented default.
 type Config struct {
-	// ID is this replica's ID; it must be listed in Replicas.
+	// ID is this replica's ID.
 	ID ID
-	// Replicas lists every replica of the cell, this one included (1 to
-	// MaxReplicas distinct IDs, none 0). Every replica must use the same list.
+	// Replicas lists the voters of the cell's initial membership (1 to
+	// MaxReplicas distinct IDs, none 0); every replica must use the same
+	// list. A snapshot that carries a membership (Snapshot.Members) and the
+	// membership changes in the log replace it. A replica not listed here
+	// and not yet added by a membership change (a new replica) starts as a
+	// non-member: it votes in nothing and learns the membership from the log
+	// once the cell adds it as a learner (ConfAddLearner).
 	Replicas []ID
 	// LeaseTicks is the length of the master lease an acceptor grants, on the
 	// acceptor's own clock. If zero, DefaultLeaseTicks (100). At least 4.
@@ -143,7 +148,6 @@ func (cfg Config) validate() error {
 	if len(cfg.Replicas) == 0 || len(cfg.Replicas) > MaxReplicas {
 		return bad("%d replicas, want 1..%d", len(cfg.Replicas), MaxReplicas)
 	}
-	self := false
 	for i, id := range cfg.Replicas {
 		if id == 0 || id > MaxID {
 			return bad("replica ID %d out of range 1..%d", id, MaxID)
@@ -151,10 +155,6 @@ func (cfg Config) validate() error {
 		if i > 0 && cfg.Replicas[i-1] == id {
 			return bad("replica %d listed twice", id)
 		}
-		self = self || id == cfg.ID
-	}
-	if !self {
-		return bad("ID %d is not in Replicas", cfg.ID)
 	}
 	if cfg.Storage == nil {
 		return bad("Storage is nil")

@@ -83,6 +83,11 @@
 // either way; only the old replicas can still depose a live master, as
 // they always could, until they are upgraded.
 //
+// Membership changes add a value field (Value.Conf) and two message fields
+// (Message.ConfIndex, Message.Learner) that older replicas do not know: an
+// older replica would apply a membership change as an ordinary command and
+// ignore it. Upgrade every replica before the first membership change.
+//
 // Every vote a proposer collects (a promise, an accept's acknowledgement, a
 // lease grant) counts at the proposer only for a bounded time: while its own
 // tick count is below t + E, where t is its tick count when it sent the
@@ -163,6 +168,82 @@
 // Timing is used exactly as the master lease uses it: the proposer side of
 // the bound (counting votes only for E of its own ticks) is enforced by
 // this package; the acceptor side is the rebuild's wait.
+//
+// # Membership
+//
+// The replica set is replicated state (membership.go). A Membership lists
+// voters, who promise, accept and grant leases, and learners, who receive
+// every chosen value and vote in nothing. Config.Replicas is the initial
+// membership; a change is a log entry (Value.Conf holds the whole new
+// membership) proposed with ProposeConfChange, and Snapshot.Members
+// carries the membership past compaction. Each change moves one replica:
+// ConfAddLearner, ConfPromote (learner to voter) or ConfRemove. So the
+// voters of two consecutive memberships differ by at most one replica, and
+// any majority of the one shares a replica with any majority of the other
+// (single-server change; no joint consensus). Four rules make it safe in
+// this multi-Paxos with a master lease:
+//
+//  1. When it takes effect. A membership change chosen in slot s governs
+//     slots s+1 onward: their quorums (acknowledgements, promises, lease
+//     grants) are majorities of its voters. A replica uses a membership
+//     only once it knows its slot chosen (Membership.Index is that slot);
+//     nothing uses a proposed one. One change at a time: the leader places
+//     a change only once every slot it proposed is chosen, and places
+//     nothing after it until it is chosen (ErrConfChangePending for a
+//     second one). A new leader that recovers an unchosen change in slot s
+//     also proposes nothing new beyond s until s is chosen; it marks slots
+//     chosen in order, so each slot past s is counted under the membership
+//     s makes, which by then it knows.
+//  2. Who may accept a change. An acceptor accepts a membership change in
+//     slot s only if it knows every slot below s chosen (it learns first;
+//     the leader retransmits). So every replica that voted for the change
+//     making membership M_k+1 knew M_k.
+//  3. Who counts in Phase 1. A candidate that knows membership M_k counts
+//     promises only from M_k's voters, and only those whose sender knows no
+//     later membership (Promise.ConfIndex <= M_k.Index); it learns the later
+//     ones first. Lemma M: no value was then chosen at a lower ballot by a
+//     quorum of M_k+2 or later. For M_k+2's own entry was accepted at a
+//     lower ballot by a majority V of M_k+1, each of whom knew M_k+1 (rule
+//     2); the candidate's quorum Q, a majority of M_k, meets V (consecutive
+//     memberships), and the replica in both accepted before it promised, so
+//     its promise named a membership past M_k and was not counted. So Q
+//     meets the quorum of every value chosen at a lower ballot in a slot it
+//     recovers (those of M_k and M_k+1), which is what Phase 1 needs. A
+//     replica that was removed but has not learned so is such a candidate
+//     (with M_k): if it wins, it re-proposes its own removal, learns it
+//     chosen and steps down.
+//  4. The master lease. A leader counts lease grants only from the voters
+//     of the membership it knows (leaseEnd), and a candidate needs a
+//     majority of its own membership's voters, which by Lemma M is the
+//     leader's or the one just before or after it: the two majorities meet,
+//     and the replica in both refuses the candidate while its grant lives.
+//     A removed voter's grant stops counting at the leader the moment the
+//     removal is chosen, and no candidate that knows of the removal asks
+//     it. A new voter has promised nothing and granted nothing; it has
+//     forgotten nothing either (invariant 8 concerns lost votes).
+//
+// A new replica starts outside the membership (its ID not in
+// Config.Replicas; it must never reuse the ID of a former member whose
+// durable state it does not hold, since ballots carry IDs). It votes in
+// nothing. Once ConfAddLearner is chosen the leader sends it Accepts; it
+// learns the log, by snapshot first if the leader has compacted, and
+// answers with an empty Accepted that tells the leader how far it knows the
+// log chosen. ConfPromote is refused (ErrNotCaughtUp) until that is within
+// MaxInflight slots of the leader and past its compaction point, so that a
+// new voter can report the chosen values a Promise must carry.
+//
+// A removed replica, once it knows the removal chosen, is no voter: it
+// promises, accepts, grants and campaigns no more. A master that removed
+// itself hands over when the removal is chosen: it stops being master,
+// releases its lease and sends TimeoutNow to the most advanced remaining
+// voter (as StepDown). A voter refuses messages from a replica outside the
+// membership it knows (ErrInvalidMessage), except a former member's Release
+// and TimeoutNow, which only give up its own lease, and its LearnReq:
+// chosen values are facts, and the master keeps sending Accepts to former
+// members, so a removed replica that missed its removal learns it and
+// stops. A replica that does not vote (a learner, a new or removed replica,
+// a rebuilding one) takes messages from any replica: it only learns, and a
+// new replica knows only the initial membership.
 //
 // # The caller's duties
 //

@@ -33,4 +33,18 @@ var (
 	// ErrInvalidArgument is returned for a bad argument to StepDown or
 	// Compact. The node is left unchanged.
 	ErrInvalidArgument = errors.New("paxos: invalid argument")
+	// ErrInvalidConfChange is returned by ProposeConfChange for a change
+	// that does not apply to the current membership (adding a member,
+	// promoting a replica that is not a learner, removing the last voter or
+	// a non-member). The node is left unchanged.
+	ErrInvalidConfChange = errors.New("paxos: invalid membership change")
+	// ErrConfChangePending is returned by ProposeConfChange while an earlier
+	// membership change is proposed and not yet known chosen: changes go
+	// through the log one at a time.
+	ErrConfChangePending = errors.New("paxos: a membership change is already pending")
+	// ErrNotCaughtUp is returned by ProposeConfChange when a learner to be
+	// promoted has not yet reported that it knows the log chosen up to
+	// (nearly) where the leader does: it would vote without the values it
+	// must report in a Promise.
+	ErrNotCaughtUp = errors.New("paxos: learner has not caught up")
 )

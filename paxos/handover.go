@@ -70,7 +70,7 @@ import "fmt"
 // handOver is a planned hand-over in progress at the leader.
 type handOver struct {
 	to  ID
-	idx int // index of to in cfg.Replicas
+	idx int // peer index of to
 	// until is the tick at which the hand-over is abandoned.
 	until uint64
 }
@@ -94,7 +94,7 @@ func (n *Node) HandOver(to ID) error {
 	if n.role != Leader {
 		return ErrNotLeader
 	}
-	if to != 0 && (to == n.id || n.index(to) < 0) {
+	if to != 0 && (to == n.id || !n.conf.isVoter(to)) {
 		return fmt.Errorf("%w: hand-over to %d: not another replica of the cell", ErrInvalidArgument, to)
 	}
 	if to == 0 {
@@ -116,8 +116,8 @@ func (n *Node) HandOver(to ID) error {
 // reported the highest chosen index (the lowest ID among equals), or 0.
 func (n *Node) pickSuccessor() ID {
 	best := -1
-	for i := range n.cfg.Replicas {
-		if i == n.self || n.lead.grantUntil[i] <= n.now {
+	for i, p := range n.peers {
+		if i == n.self || n.lead.grantUntil[i] <= n.now || !n.conf.isVoter(p) {
 			continue
 		}
 		if best < 0 || n.lead.peerChosen[i] > n.lead.peerChosen[best] {
@@ -127,7 +127,7 @@ func (n *Node) pickSuccessor() ID {
 	if best < 0 {
 		return 0
 	}
-	return n.cfg.Replicas[best]
+	return n.peers[best]
 }
 
 // maybeHandOver completes the hand-over in progress once the successor
@@ -166,8 +166,8 @@ func (n *Node) stepDown(next ID) {
 	if next != 0 {
 		n.send(Message{Type: MsgTimeoutNow, To: next, Ballot: b})
 	}
-	for _, p := range n.cfg.Replicas {
-		if p != n.id && p != next {
+	for _, p := range n.peers {
+		if p != n.id && p != next && n.conf.isMember(p) {
 			n.send(Message{Type: MsgRelease, To: p, Ballot: b})
 		}
 	}

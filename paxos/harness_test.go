@@ -15,21 +15,28 @@ import (
 type testApp struct {
 	applied Slot
 	hash    uint64
+	members *Membership // made by the last applied membership change
 }
 
 func (a *testApp) apply(e Entry) {
 	a.applied = e.Slot
 	a.hash = a.hash*1099511628211 ^ valueDigest(e.Value) ^ uint64(e.Slot)
+	if c := e.Value.Conf; c != nil {
+		m := c.clone()
+		m.Index = e.Slot
+		a.members = &m
+	}
 }
 
 func (a *testApp) snapshot() Snapshot {
 	d := make([]byte, 8)
 	binary.BigEndian.PutUint64(d, a.hash)
-	return Snapshot{Slot: a.applied, Data: d}
+	return Snapshot{Slot: a.applied, Data: d, Members: a.members}
 }
 
 func (a *testApp) restore(s Snapshot) {
 	a.applied = s.Slot
+	a.members = s.Members
 	if len(s.Data) != 8 { // not one of ours (the fuzzer's): any state will do
 		h := fnv.New64a()
 		h.Write(s.Data)
@@ -48,6 +55,14 @@ func valueDigest(v Value) uint64 {
 		binary.BigEndian.PutUint64(b[8:], c.ID.Seq)
 		h.Write(b[:])
 		h.Write(c.Data)
+	}
+	if m := v.Conf; m != nil {
+		for _, list := range [][]ID{m.Voters, {0}, m.Learners} {
+			for _, id := range list {
+				binary.BigEndian.PutUint64(b[:8], uint64(id))
+				h.Write(b[:8])
+			}
+		}
 	}
 	return h.Sum64()
 }

@@ -35,11 +35,14 @@ func (s *sim) runIdle(residual bool) (judged bool, err error) {
 	if !s.healed {
 		return false, fmt.Errorf("the simulation ran dry before heal (t=%.3fs)", float64(s.now)/1e6)
 	}
+	// Only members are owed the log: a spare never added, or a replica
+	// removed, is not judged.
+	final := s.confs[len(s.confs)-1]
 	atHeal := make([]Slot, len(s.reps))
-	lag := 0
+	lag := -1
 	for i, r := range s.reps {
 		atHeal[i] = r.app.applied
-		if atHeal[i] < atHeal[lag] {
+		if final.isMember(r.id) && (lag < 0 || atHeal[i] < atHeal[lag]) {
 			lag = i
 		}
 	}
@@ -61,12 +64,13 @@ func (s *sim) runIdle(residual bool) (judged bool, err error) {
 	for _, r := range s.reps {
 		chosen = max(chosen, r.node.chosen)
 	}
-	for i := range s.reps {
-		judged = judged || atHeal[i] < chosen
+	final = s.confs[len(s.confs)-1]
+	for i, r := range s.reps {
+		judged = judged || (atHeal[i] < chosen && final.isMember(r.id))
 	}
 	var behind []string
 	for _, r := range s.reps {
-		if r.app.applied != chosen {
+		if r.app.applied != chosen && final.isMember(r.id) {
 			behind = append(behind, fmt.Sprintf("replica %d (%s, leader %d, rebuilding %t, peers' chosen %v) applied %d, chosen %d", r.id, r.node.role, r.node.leaderBallot.ID(), r.node.rb != nil, r.node.peerCommit, r.app.applied, r.node.chosen))
 		}
 	}

@@ -13,6 +13,11 @@ func (n *Node) markChosen(e Entry) {
 	}
 	n.chosen = e.Slot
 	n.resolve(e.Slot, e.Value)
+	if c := confOf(e); c != nil {
+		m := c.clone()
+		m.Index = e.Slot
+		n.setMembership(m)
+	}
 }
 
 // resolve decides our proposals placed in slot s, whose chosen value is v.
@@ -79,12 +84,12 @@ func (n *Node) learnLost() {
 // idle cell (a follower hears only the master), so every peer gets its
 // turn; one that is not ahead ignores the request, which costs a turn.
 func (n *Node) nextLearnPeer() ID {
-	k := len(n.cfg.Replicas)
-	i := n.index(n.learnAsked)
+	k := len(n.peers)
+	i := max(n.index(n.learnAsked), 0)
 	for range k {
 		i = (i + 1) % k
-		if i != n.self {
-			return n.cfg.Replicas[i]
+		if i != n.self && n.conf.isMember(n.peers[i]) {
+			return n.peers[i]
 		}
 	}
 	return n.learnAsked
@@ -194,6 +199,11 @@ func (n *Node) onSnapshot(m Message) {
 	n.chosen = snap.Slot
 	n.handed = max(n.handed, snap.Slot)
 	n.pendingSnap = snap
+	if snap.Members != nil {
+		n.setMembership(snap.Members.clone())
+	} else {
+		n.setMembership(Membership{Voters: slices.Clone(n.cfg.Replicas)})
+	}
 	if n.role == Candidate {
 		n.tryWin()
 	}
@@ -215,7 +225,10 @@ func (n *Node) compactUnsaved(s Slot) {
 
 // sameValue reports whether a and b hold the same commands.
 func sameValue(a, b Value) bool {
-	if len(a.Cmds) != len(b.Cmds) {
+	if len(a.Cmds) != len(b.Cmds) || (a.Conf == nil) != (b.Conf == nil) {
+		return false
+	}
+	if a.Conf != nil && !a.Conf.equal(*b.Conf) {
 		return false
 	}
 	for i := range a.Cmds {

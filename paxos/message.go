@@ -133,6 +133,14 @@ type Message struct {
 	Nonce     uint64      `msgpack:"x,omitempty"`
 	// Released is a ballot whose leader stepped down (MsgPrepare only).
 	Released Ballot `msgpack:"r,omitempty"`
+	// ConfIndex is the Index of the membership the sender knows chosen
+	// (MsgPromise only): a candidate counts no promise from a replica that
+	// knows a later membership than its own (see "Membership").
+	ConfIndex Slot `msgpack:"g,omitempty"`
+	// Learner marks an Accepted from a learner: it reports only how far the
+	// sender knows the log chosen (Commit); it acknowledges no slot and
+	// grants no lease.
+	Learner bool `msgpack:"lr,omitempty"`
 }
 
 // String describes m on one stable line, for logs and golden tests.
@@ -180,6 +188,12 @@ func (m Message) String() string {
 	if m.Released != 0 {
 		fmt.Fprintf(&b, " released=%s", m.Released)
 	}
+	if m.ConfIndex != 0 {
+		fmt.Fprintf(&b, " conf=%d", m.ConfIndex)
+	}
+	if m.Learner {
+		b.WriteString(" learner")
+	}
 	return b.String()
 }
 
@@ -188,6 +202,9 @@ func (m Message) String() string {
 func describeEntry(e Entry) string {
 	if e.Value.IsNoop() {
 		return fmt.Sprintf("%d@%s:noop", e.Slot, e.Ballot)
+	}
+	if c := e.Value.Conf; c != nil {
+		return fmt.Sprintf("%d@%s:conf(%s)", e.Slot, e.Ballot, c)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d@%s:{", e.Slot, e.Ballot)
@@ -224,10 +241,32 @@ func (n *Node) check(m *Message) error {
 	if m.To != n.id {
 		return bad("addressed to %d, this is %d", m.To, n.id)
 	}
-	if m.From == n.id || n.index(m.From) < 0 {
+	if m.From == n.id || m.From == 0 || m.From > MaxID {
 		return bad("sender %d is not a peer", m.From)
 	}
-	if m.Commit > MaxSlot || m.Slot > MaxSlot || m.Compacted > MaxSlot {
+	if !n.conf.isMember(m.From) {
+		switch {
+		case n.index(m.From) < 0 && len(n.peers) >= MaxReplicas:
+			return bad("sender %d is unknown and this replica knows %d already", m.From, len(n.peers))
+		case !n.voting():
+			// A learner, a replica not (or no longer) a member, or one
+			// rebuilding only learns: it takes chosen values from any
+			// replica, including members added since the membership it
+			// knows (a new replica knows only the initial one).
+		case n.index(m.From) >= 0 && (m.Type == MsgRelease || m.Type == MsgTimeoutNow || m.Type == MsgLearnReq):
+			// A former member's step-down (a master removes itself by
+			// handing over, and its Release and TimeoutNow may arrive after
+			// the receiver learned of the removal) and its request for
+			// chosen values (facts; that is how it learns of its removal).
+		default:
+			// A voter refuses the rest from a replica outside the
+			// membership it knows: a removed replica must not disturb the
+			// cell. (If the sender was added since, this voter learns of
+			// it from the members it knows.)
+			return bad("sender %d is not a member (%s)", m.From, n.conf)
+		}
+	}
+	if m.Commit > MaxSlot || m.Slot > MaxSlot || m.Compacted > MaxSlot || m.ConfIndex > MaxSlot {
 		return bad("slot number beyond %d", MaxSlot)
 	}
 	if len(m.Entries) > maxMsgEntries || len(m.Slots) > maxMsgEntries {
@@ -239,6 +278,14 @@ func (n *Node) check(m *Message) error {
 		}
 		if i > 0 && e.Slot <= m.Entries[i-1].Slot {
 			return bad("entry slots not increasing")
+		}
+		if c := e.Value.Conf; c != nil {
+			if err := c.validate(); err != nil {
+				return bad("entry %d: %v", e.Slot, err)
+			}
+			if len(e.Value.Cmds) != 1 || len(e.Value.Cmds[0].Data) != 0 {
+				return bad("entry %d: a membership change with %d commands", e.Slot, len(e.Value.Cmds))
+			}
 		}
 	}
 	for i, s := range m.Slots {
@@ -290,6 +337,9 @@ func (n *Node) check(m *Message) error {
 		}
 		return ours()
 	case MsgAccepted:
+		if m.Learner && len(m.Slots) > 0 {
+			return bad("a learner acknowledges %d slots", len(m.Slots))
+		}
 		return ours()
 	case MsgReject:
 		return ours()
@@ -305,6 +355,9 @@ func (n *Node) check(m *Message) error {
 	case MsgSnapshot:
 		if m.Snapshot.Slot == 0 || m.Snapshot.Slot > m.Commit {
 			return bad("snapshot slot %d outside 1..%d", m.Snapshot.Slot, m.Commit)
+		}
+		if c := m.Snapshot.Members; c != nil && (c.validate() != nil || c.Index > m.Snapshot.Slot) {
+			return bad("snapshot membership %v invalid", c)
 		}
 	case MsgLearnReq:
 		if m.Slot == 0 {

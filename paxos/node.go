@@ -2,6 +2,7 @@ package paxos
 
 import (
 	"fmt"
+	"slices"
 )
 
 // Role is what a replica currently does besides accepting.
@@ -128,6 +129,12 @@ type Status struct {
 	// Rebuild describes the rebuild in progress: while Rebuild.Phase is not
 	// RebuildNone this replica is a learner that votes in nothing.
 	Rebuild RebuildStatus
+	// Members is the membership this replica knows chosen. Its slices are
+	// shared with the node: read them, never modify them.
+	Members Membership
+	// ConfPending is the slot of a membership change this leader proposed
+	// (or recovered) that is not yet known chosen; 0 if none.
+	ConfPending Slot
 }
 
 // Node is one replica's multi-Paxos state machine: proposer, acceptor and
@@ -141,9 +148,17 @@ type Status struct {
 // ErrInvalidArgument. A storage error stops the node: every later call
 // returns it (wrapped).
 type Node struct {
-	cfg    Config
-	id     ID
-	self   int // index of id in cfg.Replicas
+	cfg  Config
+	id   ID
+	self int // index of id in peers
+	// peers lists every replica this node has known as a member since
+	// NewNode, this one included; per-peer state (voteSet bits, peerCommit,
+	// the leader's arrays) is indexed by position here. It only grows, so
+	// indexes never change while the node runs.
+	peers []ID
+	// conf is the membership this replica knows chosen: the initial one,
+	// the snapshot's, or the last membership change at or below chosen.
+	conf   Membership
 	effTTL uint64
 	rng    splitmix64
 	err    error
@@ -230,8 +245,14 @@ func NewNode(cfg Config) (*Node, error) {
 		waiting:    map[Slot][]ProposalID{},
 		unsavedIdx: map[Slot]int{},
 		grantLeft:  cfg.LeaseTicks,
-		peerCommit: make([]Slot, len(cfg.Replicas)),
 	}
+	// The initial peers in ID order, this replica among them, so that
+	// messages to all go out in ID order; later members are appended.
+	n.peers = slices.Clone(cfg.Replicas)
+	if i, ok := slices.BinarySearch(n.peers, cfg.ID); !ok {
+		n.peers = slices.Insert(n.peers, i, cfg.ID)
+	}
+	n.peerCommit = make([]Slot, len(n.peers))
 	n.self = n.index(cfg.ID)
 	st := cfg.Storage
 	hs, err := st.InitialState()
@@ -267,11 +288,27 @@ func NewNode(cfg Config) (*Node, error) {
 		}
 	}
 	n.chosen = max(hs.Chosen, snap.Slot)
+	conf := Membership{Voters: slices.Clone(cfg.Replicas)}
+	if snap.Members != nil {
+		if err := snap.Members.validate(); err != nil {
+			return nil, fmt.Errorf("paxos: stored snapshot at slot %d: %w", snap.Slot, err)
+		}
+		conf = snap.Members.clone()
+	}
 	for s := snap.Slot + 1; s <= n.chosen; s++ {
-		if _, ok := n.log[s]; !ok {
+		e, ok := n.log[s]
+		if !ok {
 			return nil, fmt.Errorf("paxos: storage claims slot %d chosen but holds no entry for it", s)
 		}
+		if c := confOf(e); c != nil {
+			conf = c.clone()
+			conf.Index = s
+		}
 	}
+	if err := conf.validate(); err != nil {
+		return nil, fmt.Errorf("%w: membership: %v", ErrInvalidConfig, err)
+	}
+	n.setMembership(conf)
 	n.prevHS = HardState{Promised: hs.Promised, Chosen: hs.Chosen, Rebuilding: hs.Rebuilding}
 	n.applied = cfg.Applied
 	n.handed = cfg.Applied
@@ -286,9 +323,9 @@ func NewNode(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// index returns the position of id in the sorted replica list, or -1.
+// index returns the peer index of id (see Node.peers), or -1.
 func (n *Node) index(id ID) int {
-	for i, r := range n.cfg.Replicas {
+	for i, r := range n.peers {
 		if r == id {
 			return i
 		}
@@ -316,10 +353,13 @@ func (n *Node) Tick() {
 	}
 	switch n.role {
 	case Follower:
-		if !n.voting() {
+		if n.rb != nil {
 			n.tickRebuild()
 			n.advanceRebuild()
 			break
+		}
+		if !n.voting() {
+			break // a learner, or no longer a member: it never campaigns
 		}
 		n.electionElapsed++
 		switch {
@@ -364,7 +404,7 @@ func (n *Node) Step(m Message) error {
 	if m.Type == MsgPromise && n.role == Candidate && m.Ballot == n.cand.ballot && m.Tick > n.now {
 		return fmt.Errorf("%w: Promise from %d echoes tick %d, this replica is at %d", ErrInvalidMessage, m.From, m.Tick, n.now)
 	}
-	n.peerCommit[n.index(m.From)] = m.Commit
+	n.peerCommit[n.addPeer(m.From)] = m.Commit
 	if r := m.Ballot.Round(); r > n.maxRound {
 		n.maxRound = r
 	}
@@ -451,7 +491,7 @@ func (n *Node) StepDown(next ID) error {
 	if n.role != Leader {
 		return ErrNotLeader
 	}
-	if next != 0 && (next == n.id || n.index(next) < 0) {
+	if next != 0 && (next == n.id || !n.conf.isVoter(next)) {
 		return fmt.Errorf("%w: StepDown to %d: not another replica of the cell", ErrInvalidArgument, next)
 	}
 	n.stepDown(next)
@@ -508,12 +548,16 @@ func (n *Node) Status() Status {
 		Applied:   n.applied,
 		Compacted: n.compacted,
 		Ticks:     n.now,
+		Members:   n.conf,
 		Rebuild:   n.rebuildStatus(),
 		PreVote:   n.pre != nil,
 		Successor: n.successor,
 	}
 	if n.role == Leader && n.lead.hand != nil {
 		st.HandOver = n.lead.hand.to
+	}
+	if n.role == Leader && n.lead.confSlot > n.chosen {
+		st.ConfPending = n.lead.confSlot
 	}
 	soft := n.softState()
 	st.Leader, st.Epoch, st.Master = soft.Leader, soft.Epoch, soft.Master
@@ -561,7 +605,7 @@ func (n *Node) HasReady() bool {
 		return true
 	}
 	if l := n.lead; l != nil && n.role == Leader {
-		if len(l.toSend) > 0 || l.commitSent < n.chosen || !l.announced || (l.hand == nil && l.wantsSlot() && n.windowOpen()) {
+		if len(l.toSend) > 0 || l.commitSent < n.chosen || !l.announced || n.canPlace() {
 			return true
 		}
 	}

@@ -40,7 +40,7 @@ func (n *Node) startPreVote() {
 func (n *Node) sendPreVotes() {
 	pv := n.pre
 	pv.retryAt = n.now + uint64(n.cfg.HeartbeatTicks)
-	for _, p := range n.cfg.Replicas {
+	for _, p := range n.conf.Voters {
 		if p == n.id {
 			continue
 		}
@@ -78,12 +78,12 @@ func (n *Node) tryPreVote() {
 		return
 	}
 	count := 1
-	for _, sent := range pv.granted {
-		if n.preVoteLive(sent) {
+	for p, sent := range pv.granted {
+		if n.preVoteLive(sent) && n.conf.isVoter(p) {
 			count++
 		}
 	}
-	if count >= majority(len(n.cfg.Replicas)) {
+	if count >= majority(len(n.conf.Voters)) {
 		n.campaign()
 	}
 }

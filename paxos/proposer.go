@@ -1,5 +1,7 @@
 package paxos
 
+import "fmt"
+
 // The proposer: campaigning (Phase 1), leading (Phase 2), the master lease.
 
 // The proposer counts every vote it collects (a promise, an accept, a lease
@@ -45,6 +47,16 @@ type leadership struct {
 	// hand is the planned hand-over in progress (handover.go); while it is
 	// set, no new slot is proposed.
 	hand *handOver
+	// confWant is a membership change waiting for a slot: it is placed
+	// once every slot this leader proposed is chosen, and nothing else is
+	// placed before it.
+	confWant *Command
+	confNext *Membership
+	// confSlot is the slot of the last membership change this leader
+	// placed or recovered; while it is above chosen, no new slot is
+	// proposed (at most one change pending, and the slots after it belong
+	// to the membership it makes).
+	confSlot Slot
 }
 
 // inflight is a slot the leader proposed and does not yet know chosen.
@@ -59,7 +71,7 @@ type inflight struct {
 
 // newInflight returns the bookkeeping of a slot proposed with v.
 func (n *Node) newInflight(v Value) *inflight {
-	return &inflight{value: v, ackTick: make([]uint64, len(n.cfg.Replicas))}
+	return &inflight{value: v, ackTick: make([]uint64, len(n.peers))}
 }
 
 // voteLive reports whether a vote drawn by a request sent at tick sent
@@ -90,7 +102,7 @@ func (n *Node) campaign() {
 		retryAt:  map[ID]uint64{},
 	}
 	n.grantBallot, n.grantLeft = 0, 0
-	for _, p := range n.cfg.Replicas {
+	for _, p := range n.conf.Voters {
 		if p != n.id {
 			n.sendPrepare(p)
 		}
@@ -110,7 +122,7 @@ func (n *Node) sendPrepare(p ID) {
 // to peers whose promise is missing.
 func (n *Node) tickCandidate() {
 	c := n.cand
-	for _, p := range n.cfg.Replicas {
+	for _, p := range n.conf.Voters {
 		if p == n.id {
 			continue
 		}
@@ -135,10 +147,12 @@ func (n *Node) onPromise(m Message) {
 }
 
 // usablePromise reports whether promise p counts now: it still counts in
-// time, and it covers every slot the new leader must recover (it holds
-// entries from our first unchosen slot on).
+// time, it covers every slot the new leader must recover (it holds
+// entries from our first unchosen slot on), it comes from a voter, and its
+// sender knows no later membership than we do (we learn it first; see
+// "Membership" in the package documentation).
 func (n *Node) usablePromise(p Message) bool {
-	return p.Compacted <= n.chosen && n.voteLive(p.Tick)
+	return p.Compacted <= n.chosen && n.voteLive(p.Tick) && n.conf.isVoter(p.From) && p.ConfIndex <= n.conf.Index
 }
 
 // tryWin completes Phase 1 if a majority (our own durable promise included)
@@ -147,13 +161,17 @@ func (n *Node) tryWin() {
 	if n.role != Candidate || !n.cand.selfDurable {
 		return
 	}
+	if !n.conf.isVoter(n.id) {
+		n.becomeFollower(0)
+		return
+	}
 	count := 1
 	for _, p := range n.cand.promises {
 		if n.usablePromise(p) {
 			count++
 		}
 	}
-	if count >= majority(len(n.cfg.Replicas)) {
+	if count >= majority(len(n.conf.Voters)) {
 		n.becomeLeader()
 	}
 }
@@ -207,8 +225,8 @@ func (n *Node) becomeLeader() {
 	l := &leadership{
 		ballot:     b,
 		inflight:   map[Slot]*inflight{},
-		grantUntil: make([]uint64, len(n.cfg.Replicas)),
-		peerChosen: make([]Slot, len(n.cfg.Replicas)),
+		grantUntil: make([]uint64, len(n.peers)),
+		peerChosen: make([]Slot, len(n.peers)),
 		lastLive:   n.now,
 	}
 	n.lead = l
@@ -218,8 +236,14 @@ func (n *Node) becomeLeader() {
 		e := Entry{Slot: s, Ballot: b, Value: pk.e.Value}
 		n.setLog(e)
 		l.toSend = append(l.toSend, e)
+		if e.Value.Conf != nil {
+			l.confSlot = s // the last one: nothing new goes beyond it
+		}
 		if pk.chosen && s == n.chosen+1 {
 			n.markChosen(e)
+			if n.role != Leader {
+				return // the membership change removed this replica
+			}
 			continue
 		}
 		l.inflight[s] = n.newInflight(e.Value)
@@ -232,6 +256,9 @@ func (n *Node) becomeLeader() {
 // a slot are refused. leader is the ballot of the new leader, if known.
 func (n *Node) becomeFollower(leader Ballot) {
 	if n.lead != nil {
+		if c := n.lead.confWant; c != nil {
+			n.outcomes = append(n.outcomes, Outcome{ID: c.ID, Err: ErrNotLeader})
+		}
 		for _, c := range n.lead.pending {
 			n.outcomes = append(n.outcomes, Outcome{ID: c.ID, Err: ErrNotLeader})
 		}
@@ -269,22 +296,49 @@ func (n *Node) onReject(m Message) {
 	}
 }
 
-// windowOpen reports whether the leader may propose in a new slot.
+// windowOpen reports whether the leader may propose in a new slot: the
+// window has room and no membership change it placed is still unchosen.
 func (n *Node) windowOpen() bool {
 	l := n.lead
-	return uint64(l.nextSlot-1-n.chosen) < uint64(n.cfg.MaxInflight)
+	return uint64(l.nextSlot-1-n.chosen) < uint64(n.cfg.MaxInflight) && l.confSlot <= n.chosen
 }
 
 // wantsSlot reports whether the leader has something to put in a new slot:
 // pending proposals, or no-ops up to fillTo.
 func (l *leadership) wantsSlot() bool { return len(l.pending) > 0 || l.nextSlot <= l.fillTo }
 
+// canPlace reports whether the leader places something in a new slot now:
+// a waiting membership change once every slot it proposed is chosen, else
+// pending proposals or no-ops while the window is open.
+func (n *Node) canPlace() bool {
+	l := n.lead
+	if l.hand != nil || !n.windowOpen() {
+		return false
+	}
+	if l.confWant != nil {
+		return l.nextSlot-1 == n.chosen
+	}
+	return l.wantsSlot()
+}
+
 // flushProposals packs pending proposals into new slots while the window
 // allows, up to MaxBatch commands per slot, and fills new slots up to
 // fillTo with no-ops when nothing is pending.
 func (n *Node) flushProposals() {
 	l := n.lead
-	for l.hand == nil && l.wantsSlot() && n.windowOpen() {
+	for n.canPlace() {
+		if c := l.confWant; c != nil {
+			s := l.nextSlot
+			l.nextSlot++
+			e := Entry{Slot: s, Ballot: l.ballot, Value: Value{Cmds: []Command{*c}, Conf: l.confNext}}
+			n.setLog(e)
+			l.toSend = append(l.toSend, e)
+			l.inflight[s] = n.newInflight(e.Value)
+			n.waiting[s] = append(n.waiting[s], c.ID)
+			l.confWant, l.confNext = nil, nil
+			l.confSlot = s
+			continue
+		}
 		if len(l.pending) == 0 {
 			s := l.nextSlot
 			l.nextSlot++
@@ -330,7 +384,9 @@ func (n *Node) flushAccepts() {
 // retransmission retx returns for that peer, and renews our own grant.
 func (n *Node) broadcastAccept(ents []Entry, retx func(idx int) []Entry) {
 	l := n.lead
-	for i, p := range n.cfg.Replicas {
+	// Every peer, former members too: an Accept's chosen index is how a
+	// removed replica that missed its removal learns it (and stops).
+	for i, p := range n.peers {
 		if i == n.self {
 			continue
 		}
@@ -380,10 +436,15 @@ func (n *Node) onAccepted(m Message) {
 	}
 	l := n.lead
 	idx := n.index(m.From)
+	l.peerChosen[idx] = max(l.peerChosen[idx], m.Commit)
+	if m.Learner || !n.conf.isVoter(m.From) {
+		// Progress only: a learner grants no lease and accepts nothing.
+		n.maybeLearn(m.From, m.Commit)
+		return
+	}
 	if until := m.Tick + n.effTTL; until > l.grantUntil[idx] {
 		l.grantUntil[idx] = until
 	}
-	l.peerChosen[idx] = max(l.peerChosen[idx], m.Commit)
 	if n.voteLive(m.Tick) {
 		for _, s := range m.Slots {
 			n.ackSlot(idx, s, m.Tick)
@@ -405,8 +466,8 @@ func (n *Node) ackSlot(idx int, s Slot, sent uint64) {
 // liveAcks counts the acknowledgements of in that count now.
 func (n *Node) liveAcks(in *inflight) int {
 	c := 0
-	for idx := range n.cfg.Replicas {
-		if n.ackLive(in, idx) {
+	for _, p := range n.conf.Voters {
+		if idx := n.index(p); idx >= 0 && n.ackLive(in, idx) {
 			c++
 		}
 	}
@@ -420,11 +481,14 @@ func (n *Node) advanceLeaderChosen() {
 	for {
 		s := n.chosen + 1
 		in, ok := l.inflight[s]
-		if !ok || n.liveAcks(in) < majority(len(n.cfg.Replicas)) {
+		if !ok || n.liveAcks(in) < majority(len(n.conf.Voters)) {
 			return
 		}
 		delete(l.inflight, s)
 		n.markChosen(n.log[s])
+		if n.role != Leader {
+			return // the membership change removed this replica
+		}
 	}
 }
 
@@ -432,8 +496,15 @@ func (n *Node) advanceLeaderChosen() {
 // live grants.
 func (n *Node) leaseEnd() uint64 {
 	var buf [MaxReplicas]uint64
-	vals := buf[:len(n.cfg.Replicas)]
-	copy(vals, n.lead.grantUntil)
+	vals := buf[:0]
+	for _, p := range n.conf.Voters {
+		if idx := n.index(p); idx >= 0 {
+			vals = append(vals, n.lead.grantUntil[idx])
+		}
+	}
+	if len(vals) < len(n.conf.Voters) {
+		return 0
+	}
 	return quorumMin(vals)
 }
 
@@ -444,4 +515,47 @@ func (n *Node) leaseLive() bool { return n.now < n.leaseEnd() }
 // everything chosen before its leadership applied.
 func (n *Node) isMaster() bool {
 	return n.role == Leader && n.leaseLive() && n.applied >= n.lead.baseSlot
+}
+
+// ProposeConfChange asks the leader to change the membership by cc, through
+// the log: the change is placed in a slot of its own once every slot this
+// leader proposed is chosen, the slots after it are proposed only once it
+// is chosen, and from the next slot on quorums and leases are counted over
+// the new voters (see "Membership" in the package documentation). The
+// proposal ends in one Outcome, like Propose's.
+//
+// It returns ErrNotLeader if this replica is not the established leader,
+// ErrConfChangePending while an earlier change is not yet known chosen,
+// ErrInvalidConfChange (wrapped) if cc does not apply to the membership,
+// and ErrNotCaughtUp (wrapped) for a promotion of a learner that has not
+// reported knowing the log chosen to within MaxInflight slots of this
+// leader (and past its compaction point). Removing this replica itself is
+// allowed: once the change is chosen it hands over to the most advanced
+// remaining voter and steps down.
+func (n *Node) ProposeConfChange(cc ConfChange) (ProposalID, error) {
+	if n.err != nil {
+		return ProposalID{}, n.err
+	}
+	if n.role != Leader {
+		return ProposalID{}, ErrNotLeader
+	}
+	l := n.lead
+	if l.confWant != nil || l.confSlot > n.chosen {
+		return ProposalID{}, ErrConfChangePending
+	}
+	next, err := n.conf.apply(cc)
+	if err != nil {
+		return ProposalID{}, err
+	}
+	if cc.Type == ConfPromote {
+		got := n.peerCommit[n.index(cc.ID)]
+		if got+Slot(n.cfg.MaxInflight) < n.chosen || (n.compacted > 0 && got < n.compacted) {
+			return ProposalID{}, fmt.Errorf("%w: learner %d knows the log chosen to %d, this leader to %d", ErrNotCaughtUp, cc.ID, got, n.chosen)
+		}
+	}
+	l.seq++
+	id := ProposalID{Ballot: l.ballot, Seq: l.seq}
+	l.confWant = &Command{ID: id}
+	l.confNext = &next
+	return id, nil
 }

@@ -120,9 +120,14 @@ func TestConfigValidate(t *testing.T) {
 	if n.cfg.LeaseTicks != 80 || n.cfg.HeartbeatTicks != 20 || n.cfg.ElectionTicks != 84 || n.cfg.ElectionJitterTicks != 8 || n.effTTL != 78 {
 		t.Fatalf("defaults: %+v effTTL=%d", n.cfg, n.effTTL)
 	}
+	// A replica outside the initial membership starts as a non-member
+	// learner (a replica being added).
+	if nd, err := NewNode(Config{ID: 4, Replicas: []ID{1, 2, 3}, Storage: st}); err != nil || nd.voting() {
+		t.Fatalf("a new replica outside Replicas: err=%v, voting=%v", err, err == nil && nd.voting())
+	}
 	bad := []func(*Config){
 		func(c *Config) { c.ID = 0 },
-		func(c *Config) { c.ID = 4 },
+		func(c *Config) { c.ID = MaxID + 1 },
 		func(c *Config) { c.Replicas = []ID{1, 1, 2} },
 		func(c *Config) { c.Replicas = nil },
 		func(c *Config) { c.Replicas = []ID{0, 1} },

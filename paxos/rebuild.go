@@ -94,8 +94,9 @@ func (n *Node) startRebuild() {
 	n.becomeFollower(0)
 }
 
-// voting reports whether this replica casts votes: it is not rebuilding.
-func (n *Node) voting() bool { return n.rb == nil }
+// voting reports whether this replica casts votes: it is a voter of the
+// membership it knows, and not rebuilding.
+func (n *Node) voting() bool { return n.rb == nil && n.conf.isVoter(n.id) }
 
 // tickRebuild moves a rebuild on by one tick.
 func (n *Node) tickRebuild() {
@@ -109,7 +110,7 @@ func (n *Node) tickRebuild() {
 		rb.nonce = n.rng.next() | 1 // never 0: a message without a nonce is refused
 		fallthrough
 	case RebuildProbing:
-		for _, p := range n.cfg.Replicas {
+		for _, p := range n.conf.Voters {
 			if p != n.id && !rb.answers[p] && n.now >= rb.nextSend[p] {
 				rb.nextSend[p] = n.now + uint64(n.cfg.HeartbeatTicks)
 				n.send(Message{Type: MsgRebuild, To: p, Nonce: rb.nonce})
@@ -128,7 +129,7 @@ func (n *Node) tickRebuild() {
 				n.send(Message{Type: MsgRebuild, To: leader, Nonce: rb.nonce, Slot: rb.target})
 			}
 		} else {
-			for _, p := range n.cfg.Replicas {
+			for _, p := range n.conf.Voters {
 				if p != n.id && n.now >= rb.nextSend[p] {
 					rb.nextSend[p] = n.now + uint64(n.cfg.HeartbeatTicks)
 					n.send(Message{Type: MsgRebuild, To: p, Nonce: rb.nonce, Slot: rb.target})
@@ -174,7 +175,10 @@ func (n *Node) onRebuildAck(m Message) {
 	if m.Commit > rb.bestAt {
 		rb.best, rb.bestAt = m.From, m.Commit
 	}
-	if len(rb.answers) >= majority(len(n.cfg.Replicas)) {
+	if !n.conf.isVoter(m.From) {
+		return // only a voter's answer says what a quorum may have done
+	}
+	if len(rb.answers) >= majority(len(n.conf.Voters)) {
 		rb.phase = RebuildCatchingUp
 		clear(rb.nextSend)
 	}
@@ -198,7 +202,7 @@ func (n *Node) rebuildStatus() RebuildStatus {
 	if rb == nil {
 		return RebuildStatus{}
 	}
-	st := RebuildStatus{Phase: rb.phase, Answers: len(rb.answers), Needed: majority(len(n.cfg.Replicas))}
+	st := RebuildStatus{Phase: rb.phase, Answers: len(rb.answers), Needed: majority(len(n.conf.Voters))}
 	if rb.phase == RebuildWaiting && n.now < uint64(n.cfg.LeaseTicks) {
 		st.TicksLeft = int(uint64(n.cfg.LeaseTicks) - n.now)
 	}

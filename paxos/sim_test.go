@@ -1,6 +1,7 @@
 package paxos
 
 import (
+	"cmp"
 	"container/heap"
 	"encoding/binary"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -66,6 +68,12 @@ type simParams struct {
 	// amnesiaEvery is the chance, one in amnesiaEvery, that a fault is a loss
 	// of state (with amnesia).
 	amnesiaEvery int
+	// spares is the number of replicas started outside the membership;
+	// with spares the faulty phase also changes the membership (add a
+	// spare as a learner, promote it, remove a voter or the master
+	// itself). Amnesia is off then: a rebuilt replica relearns the
+	// membership from its peers, which the simulator does not model.
+	spares int
 }
 
 func paramsForSeed(seed int64) simParams {
@@ -105,6 +113,9 @@ func paramsForSeed(seed int64) simParams {
 	p.earlySend = rng.IntN(2) == 0
 	p.amnesia = rng.IntN(2) == 0
 	p.amnesiaEvery = 4
+	if rng.IntN(3) == 0 {
+		p.spares, p.amnesia = 3, false
+	}
 	return p
 }
 
@@ -117,6 +128,8 @@ const (
 	evFault
 	evRestart
 	evHeal
+	evConf
+	evConfOnce // one membership change attempt, not repeated
 )
 
 type simEvent struct {
@@ -192,6 +205,13 @@ type sim struct {
 	voteSeq  []map[voteKey]uint64
 	losses   int // losses of state injected
 	rebuilds int // rebuilds completed (the replica voted again)
+
+	// confs holds the memberships the applied log made, by Index (the
+	// initial one first): the chosen oracle's view of the voters whose
+	// majority chooses a slot. confsApplied counts the changes applied.
+	confs       []Membership
+	usedSpares  int
+	confChanges int
 }
 
 func newSim(tb testing.TB, seed int64, p simParams) *sim {
@@ -209,15 +229,17 @@ func newSim(tb testing.TB, seed int64, p simParams) *sim {
 	}
 	h := fnv.New64a()
 	s.trace = h.Sum64()
-	s.voteSeq = make([]map[voteKey]uint64, p.replicas)
+	total := p.replicas + p.spares
+	s.voteSeq = make([]map[voteKey]uint64, total)
 	for i := range s.voteSeq {
 		s.voteSeq[i] = map[voteKey]uint64{}
 	}
-	s.blocked = make([][]bool, p.replicas)
+	s.blocked = make([][]bool, total)
 	for i := range s.blocked {
-		s.blocked[i] = make([]bool, p.replicas)
+		s.blocked[i] = make([]bool, total)
 	}
-	for i, id := range ids(p.replicas) {
+	s.confs = []Membership{{Voters: ids(p.replicas)}}
+	for i, id := range ids(total) {
 		cfg := Config{
 			ID: id, Replicas: ids(p.replicas),
 			LeaseTicks: p.lease, HeartbeatTicks: p.heartbeat, ElectionTicks: p.elect,
@@ -243,7 +265,86 @@ func newSim(tb testing.TB, seed int64, p simParams) *sim {
 	s.push(&simEvent{at: s.rng.Int64N(simTickMicros), kind: evPropose})
 	s.push(&simEvent{at: s.faultGap(), kind: evFault})
 	s.push(&simEvent{at: int64(p.faultTicks) * simTickMicros, kind: evHeal})
+	if p.spares > 0 {
+		s.push(&simEvent{at: s.confGap(), kind: evConf})
+	}
 	return s
+}
+
+// confGap is the time to the next membership change attempt.
+func (s *sim) confGap() int64 { return s.now + simTickMicros*int64(20+s.rng.IntN(60)) }
+
+// changeMembership asks the leader (if any) for one membership change: it
+// promotes a learner, else adds a spare as a learner, removes a voter (the
+// leader itself sometimes) or does nothing, at random. Refusals that the
+// protocol gives by design (a change pending, a learner not caught up, not
+// leader) are fine.
+func (s *sim) changeMembership(remove bool) {
+	for i, r := range s.reps {
+		if !r.up || r.node.role != Leader {
+			continue
+		}
+		m := r.node.conf
+		var cc ConfChange
+		switch k := s.rng.IntN(4); {
+		case remove && len(m.Voters) > 3:
+			cc = ConfChange{Type: ConfRemove, ID: m.Voters[s.rng.IntN(len(m.Voters))]}
+		case len(m.Learners) > 0:
+			cc = ConfChange{Type: ConfPromote, ID: m.Learners[s.rng.IntN(len(m.Learners))]}
+		case k <= 1 && s.usedSpares < s.p.spares:
+			cc = ConfChange{Type: ConfAddLearner, ID: ID(s.p.replicas + s.usedSpares + 1)}
+		case k >= 2 && len(m.Voters) > 3:
+			cc = ConfChange{Type: ConfRemove, ID: m.Voters[s.rng.IntN(len(m.Voters))]}
+		default:
+			continue
+		}
+		_, err := r.node.ProposeConfChange(cc)
+		switch {
+		case err == nil:
+			if cc.Type == ConfAddLearner {
+				s.usedSpares++
+			}
+		case errors.Is(err, ErrConfChangePending), errors.Is(err, ErrNotCaughtUp), errors.Is(err, ErrNotLeader):
+		default:
+			s.failf("replica %d: ProposeConfChange(%v %d) with %s: %v", r.id, cc.Type, cc.ID, m, err)
+		}
+		s.flush(i)
+	}
+}
+
+// quorum reports whether set holds a majority of the voters of the
+// membership in force for slot (as the applied log says), or of the one
+// before it: any majorities of consecutive memberships meet, so a value a
+// majority of the earlier one accepted is found by every later Phase 1 and
+// must count as chosen. Stricter than either alone, never laxer.
+func (s *sim) quorum(slot Slot, set voteSet) bool {
+	i := 0
+	for i+1 < len(s.confs) && s.confs[i+1].Index < slot {
+		i++
+	}
+	for j := max(i-1, 0); j <= i; j++ {
+		c := 0
+		for _, v := range s.confs[j].Voters {
+			if set.has(int(v - 1)) {
+				c++
+			}
+		}
+		if c >= majority(len(s.confs[j].Voters)) {
+			return true
+		}
+	}
+	return false
+}
+
+// judge records k's value as chosen if its voters make a quorum.
+func (s *sim) judge(k voteKey) {
+	if !s.quorum(k.slot, s.votes[k]) {
+		return
+	}
+	if d, ok := s.chosen[k.slot]; ok && d != k.digest {
+		s.failf("slot %d chosen with two values (%x, then %x at ballot %s)", k.slot, d, k.digest, k.ballot)
+	}
+	s.chosen[k.slot] = k.digest
 }
 
 func (s *sim) push(e *simEvent) {
@@ -275,14 +376,8 @@ func (s *sim) onSave(r *replica, hs HardState, ents []Entry) {
 		if _, ok := s.voteSeq[idx][k]; !ok {
 			s.voteSeq[idx][k] = r.store.syncs
 		}
-		v := s.votes[k].add(idx)
-		s.votes[k] = v
-		if v.quorum(s.p.replicas) {
-			if d, ok := s.chosen[e.Slot]; ok && d != k.digest {
-				s.failf("slot %d chosen with two values (%x, then %x at ballot %s)", e.Slot, d, k.digest, e.Ballot)
-			}
-			s.chosen[e.Slot] = k.digest
-		}
+		s.votes[k] = s.votes[k].add(idx)
+		s.judge(k)
 	}
 }
 
@@ -302,6 +397,28 @@ func (s *sim) onApply(r *replica, e Entry) {
 	}
 	s.applied[e.Slot] = d
 	s.hashAt[e.Slot] = r.app.hash
+	if c := e.Value.Conf; c != nil {
+		m := c.clone()
+		m.Index = e.Slot
+		s.confs = append(s.confs, m)
+		slices.SortFunc(s.confs, func(a, b Membership) int { return cmp.Compare(a.Index, b.Index) })
+		s.confChanges++
+		keys := make([]voteKey, 0, len(s.votes))
+		for k := range s.votes {
+			if k.slot > e.Slot {
+				keys = append(keys, k)
+			}
+		}
+		slices.SortFunc(keys, func(a, b voteKey) int {
+			if a.slot != b.slot {
+				return cmp.Compare(a.slot, b.slot)
+			}
+			return cmp.Compare(a.ballot, b.ballot)
+		})
+		for _, k := range keys {
+			s.judge(k)
+		}
+	}
 	ids := make([]ProposalID, len(e.Value.Cmds))
 	for i, c := range e.Value.Cmds {
 		ids[i] = c.ID
@@ -420,7 +537,7 @@ func (s *sim) step() bool {
 	case evDeliver:
 		r := s.reps[e.rep]
 		if r.up && !s.blocked[e.msg.From-1][e.rep] {
-			if err := r.node.Step(e.msg); err != nil {
+			if err := r.node.Step(e.msg); err != nil && !(errors.Is(err, ErrInvalidMessage) && !r.node.conf.isMember(e.msg.From)) {
 				s.failf("replica %d: Step(%v): %v", r.id, e.msg, err)
 			}
 			s.flush(e.rep)
@@ -444,6 +561,15 @@ func (s *sim) step() bool {
 		}
 	case evHeal:
 		s.heal()
+	case evConf:
+		if !s.healed {
+			s.changeMembership(false)
+			s.push(&simEvent{at: s.confGap(), kind: evConf})
+		}
+	case evConfOnce:
+		if !s.healed {
+			s.changeMembership(true)
+		}
 	}
 	s.checkMasters()
 	return true
@@ -495,6 +621,10 @@ func (s *sim) fault() {
 	n := len(s.reps)
 	if s.p.amnesia && s.rng.IntN(s.p.amnesiaEvery) == 0 {
 		s.loseState()
+		return
+	}
+	if s.p.spares > 0 && s.rng.IntN(3) == 0 {
+		s.splitLeader()
 		return
 	}
 	switch k := s.rng.IntN(8); {
@@ -553,7 +683,9 @@ func (s *sim) fault() {
 	case k == 5 && s.p.leaderIsolationHeavy: // the leader steps down or hands over
 		for i, r := range s.reps {
 			if r.up && r.node.Status().IsLeader {
-				next := ID(1 + s.rng.IntN(n))
+				// A voter (with a fixed membership, the same draw as 1..n).
+				voters := r.node.conf.Voters
+				next := voters[s.rng.IntN(len(voters))]
 				if next == r.id {
 					next = 0
 				}
@@ -567,6 +699,30 @@ func (s *sim) fault() {
 				s.flush(i)
 			}
 		}
+	}
+}
+
+// splitLeader cuts the leader and one other replica off from the rest
+// and asks it to remove voters at once and again soon: a master in a
+// minority shrinking the membership is where a membership used before it
+// is chosen would let a minority choose.
+func (s *sim) splitLeader() {
+	s.clearPartitions()
+	n := len(s.reps)
+	for i, r := range s.reps {
+		if !r.up || r.node.role != Leader {
+			continue
+		}
+		j := s.rng.IntN(n)
+		for a := 0; a < n; a++ {
+			for b := 0; b < n; b++ {
+				inA, inB := a == i || a == j, b == i || b == j
+				s.blocked[a][b] = inA != inB
+			}
+		}
+		s.push(&simEvent{at: s.now + 1, kind: evConfOnce})
+		s.push(&simEvent{at: s.now + simTickMicros, kind: evConfOnce})
+		return
 	}
 }
 
@@ -709,7 +865,11 @@ func (s *sim) run() error {
 	for _, r := range s.reps {
 		top = max(top, r.app.applied)
 	}
+	final := s.confs[len(s.confs)-1]
 	for _, r := range s.reps {
+		if !final.isMember(r.id) {
+			continue // never added, or removed: nobody owes it the log
+		}
 		if r.app.applied != top || r.app.hash != s.hashAt[top] {
 			return fmt.Errorf("after heal and drain replica %d applied %d (hash %x), others %d (%x)", r.id, r.app.applied, r.app.hash, top, s.hashAt[top])
 		}
@@ -742,7 +902,7 @@ func simSeedList() []int64 {
 
 func TestSimulation(t *testing.T) {
 	seeds := simSeedList()
-	var losses, rebuilds atomic.Int64
+	var losses, rebuilds, confSeeds, confChanges atomic.Int64
 	t.Run("seeds", func(t *testing.T) {
 		for _, seed := range seeds {
 			t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -754,6 +914,10 @@ func TestSimulation(t *testing.T) {
 				}
 				losses.Add(int64(s.losses))
 				rebuilds.Add(int64(s.rebuilds))
+				if p.spares > 0 {
+					confSeeds.Add(1)
+					confChanges.Add(int64(s.confChanges))
+				}
 				t.Logf("seed %d: %s", seed, s.stats())
 			})
 		}
@@ -763,7 +927,12 @@ func TestSimulation(t *testing.T) {
 	if n := int64(len(seeds)); n >= 100 && (losses.Load() < n/4 || rebuilds.Load() < losses.Load()/2) {
 		t.Fatalf("%d seeds injected %d losses of state and completed %d rebuilds: too few to judge the rebuild rule", n, losses.Load(), rebuilds.Load())
 	}
-	t.Logf("%d seeds: %d losses of state injected, %d rebuilds completed", len(seeds), losses.Load(), rebuilds.Load())
+	// So must the membership changes: about one seed in three makes them,
+	// several each.
+	if n := int64(len(seeds)); n >= 100 && (confSeeds.Load() < n/5 || confChanges.Load() < 2*confSeeds.Load()) {
+		t.Fatalf("%d seeds: %d changed the membership, %d changes applied: too few to judge membership changes", n, confSeeds.Load(), confChanges.Load())
+	}
+	t.Logf("%d seeds: %d losses of state injected, %d rebuilds completed; %d seeds applied %d membership changes", len(seeds), losses.Load(), rebuilds.Load(), confSeeds.Load(), confChanges.Load())
 }
 
 // TestSimulationDeterministic runs seeds twice and compares trace hashes.
@@ -814,7 +983,7 @@ func (s *sim) stats() string {
 		top = max(top, r.app.applied)
 		ballot = max(ballot, r.node.promised)
 	}
-	return fmt.Sprintf("events=%d applied=%d chosen-oracle=%d reported=%d proposals=%d ballot=%s losses=%d rebuilds=%d", s.events, top, len(s.chosen), len(s.reported), s.proposals, ballot, s.losses, s.rebuilds)
+	return fmt.Sprintf("events=%d applied=%d chosen-oracle=%d reported=%d proposals=%d ballot=%s losses=%d rebuilds=%d membership-changes=%d final=%s", s.events, top, len(s.chosen), len(s.reported), s.proposals, ballot, s.losses, s.rebuilds, s.confChanges, s.confs[len(s.confs)-1])
 }
 
 // TestSimulationLostStateWithoutRebuild is the negative test of the rebuild

@@ -54,12 +54,19 @@ type Command struct {
 
 // Value is what one slot holds: a batch of commands in proposal order. A
 // value with no commands is a no-op (used to fill holes).
+//
+// A value with Conf set is a membership change (ProposeConfChange): Conf is
+// the whole membership it makes, and its single command has no data and
+// only names the proposal. The application must not apply that command as
+// its own; it may record Conf (it belongs in its snapshots, see Snapshot).
 type Value struct {
 	Cmds []Command `msgpack:"c"`
+	// Conf is the new membership, for a membership change; nil otherwise.
+	Conf *Membership `msgpack:"g,omitempty"`
 }
 
-// IsNoop reports whether v carries no commands.
-func (v Value) IsNoop() bool { return len(v.Cmds) == 0 }
+// IsNoop reports whether v carries no commands (and no membership change).
+func (v Value) IsNoop() bool { return len(v.Cmds) == 0 && v.Conf == nil }
 
 // Entry is a value accepted by an acceptor in a slot, at a ballot.
 type Entry struct {
@@ -91,9 +98,16 @@ func (hs HardState) IsEmpty() bool { return hs == HardState{} }
 
 // Snapshot is the application's state after applying every slot up to and
 // including Slot. Data is opaque to paxos.
+//
+// Members is the membership in force after Slot: the Conf of the last
+// membership change applied at or below Slot (with its Index), or nil if
+// there was none, in which case Config.Replicas is the membership. The
+// application keeps it as part of its state and puts it into every
+// snapshot it saves, since the entries that made it are compacted away.
 type Snapshot struct {
-	Slot Slot   `msgpack:"s"`
-	Data []byte `msgpack:"d"`
+	Slot    Slot        `msgpack:"s"`
+	Data    []byte      `msgpack:"d"`
+	Members *Membership `msgpack:"m,omitempty"`
 }
 
 // IsEmpty reports whether s is the zero Snapshot (no snapshot yet).

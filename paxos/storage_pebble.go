@@ -301,7 +301,7 @@ func (s *PebbleStorage) Snapshot() (Snapshot, error) {
 	if crc32.Checksum(data, pebbleCRCTable) != d.crc {
 		return Snapshot{}, fmt.Errorf("%w: snapshot at slot %d: data checksum mismatch", ErrPebbleCorrupt, d.slot)
 	}
-	return Snapshot{Slot: d.slot, Data: data}, nil
+	return Snapshot{Slot: d.slot, Data: data, Members: d.members}, nil
 }
 
 // Save implements Saver: hs (unless empty) and ents go into one batch,
@@ -405,6 +405,13 @@ func (s *PebbleStorage) SaveSnapshot(snap Snapshot) error {
 		chunks: chunks,
 		crc:    crc32.Checksum(snap.Data, pebbleCRCTable),
 	}
+	if snap.Members != nil {
+		if err := snap.Members.validate(); err != nil {
+			return fmt.Errorf("%w: snapshot membership: %v", ErrPebbleInvalid, err)
+		}
+		m := snap.Members.clone()
+		d.members = &m
+	}
 	hs := s.mu.hs
 	hs.Chosen = max(hs.Chosen, snap.Slot)
 
@@ -490,13 +497,20 @@ func (s *PebbleStorage) abortLocked(b *pebble.Batch, err error) error {
 // uvarints:
 //
 //	hard state      promised chosen [flags]
-//	entry           slot ballot ncmds { cmd.ballot cmd.seq len data }*
-//	snapshot desc   slot size chunks crc32c(data):4
+//	entry           slot ballot ncmds { cmd.ballot cmd.seq len data }* [conf]
+//	snapshot desc   slot size chunks crc32c(data):4 [conf]
+//	conf            1 index nvoters { voter }* nlearners { learner }*
 //	snapshot chunk  the raw bytes of the chunk
 //
 // The hard state's flags (bit 0: HardState.Rebuilding) are written only when
 // not zero, so a hard state without flags has the same bytes as before flags
-// existed; a stored zero or an unknown bit is corrupt.
+// existed; a stored zero or an unknown bit is corrupt. Likewise an entry
+// or snapshot descriptor carries a membership (Value.Conf, Snapshot.Members)
+// only when it has one, after everything else, introduced by the marker 1:
+// values without one have the same bytes as before memberships existed, and
+// this code reads those. (An older build would refuse the new values as
+// corrupt, so a replica once upgraded must not be downgraded after the
+// first membership change.)
 //
 // A hand-rolled format rather than msgpack: it is the hot path of every Save
 // (BenchmarkPebbleEncodeEntry compares the two), the decoder is strict (exact
@@ -531,6 +545,70 @@ type pebbleSnapshotDesc struct {
 	size   uint64 // bytes of data
 	chunks uint64 // number of chunk keys
 	crc    uint32 // CRC-32C of the whole data
+	// members is the snapshot's membership, nil if none.
+	members *Membership
+}
+
+// pebbleConfMarker introduces an encoded membership.
+const pebbleConfMarker = 1
+
+// pebbleConfLen returns the encoded length of m (0 for nil).
+func pebbleConfLen(m *Membership) int {
+	if m == nil {
+		return 0
+	}
+	n := wire.UvarintLen(pebbleConfMarker) + wire.UvarintLen(uint64(m.Index)) +
+		wire.UvarintLen(uint64(len(m.Voters))) + wire.UvarintLen(uint64(len(m.Learners)))
+	for _, id := range m.Voters {
+		n += wire.UvarintLen(uint64(id))
+	}
+	for _, id := range m.Learners {
+		n += wire.UvarintLen(uint64(id))
+	}
+	return n
+}
+
+// pebbleWriteConf writes the encoding of m (nothing for nil).
+func pebbleWriteConf(w *wire.Writer, m *Membership) {
+	if m == nil {
+		return
+	}
+	w.Uvarint(pebbleConfMarker)
+	w.Uvarint(uint64(m.Index))
+	for _, list := range [][]ID{m.Voters, m.Learners} {
+		w.Uvarint(uint64(len(list)))
+		for _, id := range list {
+			w.Uvarint(uint64(id))
+		}
+	}
+}
+
+// pebbleReadConf decodes a membership if any bytes are left, else returns
+// nil.
+func pebbleReadConf(r *wire.Reader) *Membership {
+	if r.Err() != nil || r.Len() == 0 {
+		return nil
+	}
+	pos := r.Pos()
+	if mark := r.Uvarint("membership marker"); r.Err() == nil && mark != pebbleConfMarker {
+		r.Fail(pos, "membership marker", errPebbleValue, "unknown membership marker %d", mark)
+		return nil
+	}
+	m := &Membership{Index: Slot(r.Uvarint("membership index"))}
+	for _, list := range []*[]ID{&m.Voters, &m.Learners} {
+		k := r.Count(MaxReplicas, 1, "member count")
+		for range k {
+			*list = append(*list, ID(r.Uvarint("member ID")))
+		}
+	}
+	if r.Err() != nil {
+		return nil
+	}
+	if err := m.validate(); err != nil {
+		r.Fail(pos, "membership", errPebbleValue, "%v", err)
+		return nil
+	}
+	return m
 }
 
 // pebbleSealStart appends a value header of the given kind to dst. The value
@@ -625,7 +703,7 @@ func pebbleEntryLen(e *Entry) int {
 		n += wire.UvarintLen(uint64(c.ID.Ballot)) + wire.UvarintLen(c.ID.Seq) +
 			wire.UvarintLen(uint64(len(c.Data))) + len(c.Data)
 	}
-	return n
+	return n + pebbleConfLen(e.Value.Conf)
 }
 
 // pebbleEncodeEntry appends the encoding of e (pebbleEntryLen(e) bytes) to
@@ -642,6 +720,7 @@ func pebbleEncodeEntry(dst []byte, e *Entry) []byte {
 		w.Uvarint(c.ID.Seq)
 		w.LenBytes(c.Data)
 	}
+	pebbleWriteConf(&w, e.Value.Conf)
 	return pebbleSealEnd(w.Bytes(), start)
 }
 
@@ -676,6 +755,7 @@ func pebbleDecodeEntryPayload(p []byte) (Entry, error) {
 			}
 		}
 	}
+	e.Value.Conf = pebbleReadConf(&r)
 	if err := r.Done(); err != nil {
 		return Entry{}, pebbleCorrupt(err)
 	}
@@ -689,6 +769,7 @@ func pebbleEncodeSnapshotDesc(dst []byte, d pebbleSnapshotDesc) []byte {
 	w.Uvarint(d.size)
 	w.Uvarint(d.chunks)
 	w.Uint32(d.crc)
+	pebbleWriteConf(&w, d.members)
 	return pebbleSealEnd(w.Bytes(), start)
 }
 
@@ -708,6 +789,7 @@ func pebbleDecodeSnapshotDescPayload(p []byte) (pebbleSnapshotDesc, error) {
 	r := wire.NewReader(p)
 	d := pebbleSnapshotDesc{slot: Slot(r.Uvarint("slot")), size: r.Uvarint("size"), chunks: r.Uvarint("chunk count")}
 	d.crc = r.Uint32("checksum")
+	d.members = pebbleReadConf(&r)
 	switch {
 	case r.Err() != nil:
 	case d.slot == 0:

@@ -77,7 +77,7 @@ func TestKeepAliveBatchCadence(t *testing.T) {
 		sleep(time.Second)
 		start := monotime.Now()
 		ch := goBatch(t.Context(), m, ids...)
-		if st := m.Stats(); st.Parked != n || st.KeepAlives != n {
+		if st := m.Stats(); st.Parked != n || st.KeepAlives != n || st.Sessions != n || m.Sessions() != n {
 			t.Fatalf("after arrival: %+v, want %d parked and counted", st, n)
 		}
 		sleep(cadence - 1)
@@ -144,16 +144,16 @@ func TestKeepAliveBatchEventAnswersAll(t *testing.T) {
 	})
 }
 
-// TestKeepAliveBatchOneSessionLeaves: the removal of one session, a bad
-// entry, and a newer KeepAlive of another each touch only their own entry;
-// the rest of the batch stays parked and is answered at the cadence.
+// TestKeepAliveBatchOneSessionLeaves: the removal of one session and a
+// bad entry touch only their own entries: the rest of the batch stays
+// parked and is answered at the cadence.
 func TestKeepAliveBatchOneSessionLeaves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cadence := lease / 12
 		m := newManager(t, Config{KeepAliveCadence: cadence}, false)
-		mustAdd(t, m, 1, 2, 3, 4)
+		mustAdd(t, m, 1, 2, 3)
 		start := monotime.Now()
-		entries := []BatchEntry{{Session: 1}, {Session: 2}, {Session: 3}, {Session: 4}, {Session: 99}, {Session: 4, Ack: 7}}
+		entries := []BatchEntry{{Session: 1}, {Session: 2}, {Session: 3}, {Session: 99}, {Session: 3, Ack: 7}}
 		ch := make(chan batchResult, 1)
 		go func() {
 			out := make([]BatchResult, len(entries))
@@ -165,7 +165,6 @@ func TestKeepAliveBatchOneSessionLeaves(t *testing.T) {
 		if err := m.Remove(2); err != nil {
 			t.Fatal(err)
 		}
-		single := goKeepAlive(t.Context(), m, 3, 0) // supersedes entry 3
 		if _, ok := batchReturned(ch); ok {
 			t.Fatal("the batch returned when one of its sessions left it")
 		}
@@ -175,20 +174,51 @@ func TestKeepAliveBatchOneSessionLeaves(t *testing.T) {
 			t.Fatalf("not answered at the cadence: %+v", r)
 		}
 		out := r.out
-		if out[0].Err != nil || out[0].Reply.At != start.Add(cadence) || out[3].Err != nil || out[3].Reply.At != start.Add(cadence) {
-			t.Fatalf("the staying entries: %+v / %+v", out[0], out[3])
+		for _, i := range []int{0, 2} {
+			if out[i].Err != nil || out[i].Reply.At != start.Add(cadence) || out[i].Reply.LeaseTimeout != lease {
+				t.Fatalf("staying entry %d: %+v", i, out[i])
+			}
 		}
 		if !errors.Is(out[1].Err, ErrExpired) {
 			t.Fatalf("removed session's entry: %+v, want ErrExpired", out[1])
 		}
-		if out[2].Err != nil || !out[2].Reply.Superseded || out[2].Reply.At != start.Add(cadence/4) || out[2].Reply.LeaseTimeout != lease {
-			t.Fatalf("superseded entry: %+v", out[2])
+		if !errors.Is(out[3].Err, ErrUnknownSession) || !errors.Is(out[4].Err, ErrBadAck) {
+			t.Fatalf("bad entries: %+v / %+v", out[3], out[4])
 		}
-		if !errors.Is(out[4].Err, ErrUnknownSession) || !errors.Is(out[5].Err, ErrBadAck) {
-			t.Fatalf("bad entries: %+v / %+v", out[4], out[5])
+	})
+}
+
+// TestKeepAliveBatchSupersededAnswersAll: a newer KeepAlive of one session
+// answers its parked entry at once with the lease its arrival renewed,
+// and with it the rest of the batch, each renewed at that instant; the
+// newer KeepAlive parks on its own.
+func TestKeepAliveBatchSupersededAnswersAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cadence := lease / 12
+		m := newManager(t, Config{KeepAliveCadence: cadence}, false)
+		mustAdd(t, m, 1, 2, 3)
+		start := monotime.Now()
+		ch := goBatch(t.Context(), m, 1, 2, 3)
+		sleep(cadence / 4)
+		single := goKeepAlive(t.Context(), m, 2, 0)
+		r, ok := batchReturned(ch)
+		if !ok || r.err != nil {
+			t.Fatalf("a superseded entry did not answer the batch at once: %+v", r)
+		}
+		at := start.Add(cadence / 4)
+		for i, res := range r.out {
+			if res.Err != nil || res.Reply.At != at || res.Reply.LeaseTimeout != lease || res.Reply.Superseded != (i == 1) || res.Reply.Held != cadence/4 {
+				t.Fatalf("entry %d: %+v", i, res)
+			}
 		}
 		if _, ok := returned(single); ok {
 			t.Fatal("the newer KeepAlive returned with the batch")
+		}
+		// Two KeepAlives of one session in one batch: the first is
+		// superseded on arrival, and the batch answered at once.
+		ch = goBatch(t.Context(), m, 1, 1)
+		if r, ok := batchReturned(ch); !ok || r.err != nil || !r.out[0].Reply.Superseded || r.out[1].Reply.Superseded {
+			t.Fatalf("a pair in one batch: %+v", r)
 		}
 	})
 }

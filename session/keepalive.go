@@ -131,9 +131,11 @@ type Batch struct {
 //
 // An entry's own failure is its result's Err, and leaves the others
 // parked: ErrUnknownSession, ErrExpired (also when the session expires or
-// is removed while parked), ErrBadAck (nothing renewed), and, for an entry
-// replaced by a newer KeepAlive of its session, a Superseded Reply. It
-// returns ErrNotServing if the Manager does not serve.
+// is removed while parked), ErrBadAck (nothing renewed). An entry replaced
+// by a newer KeepAlive of its session gets a Superseded Reply, and the
+// batch is answered at once (a client sends that newer KeepAlive to prove
+// its lease quickly). It returns ErrNotServing if the Manager does not
+// serve.
 func (m *Manager) ParkBatch(entries []BatchEntry) (*Batch, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -213,7 +215,7 @@ func (b *Batch) Wait(ctx context.Context) ([]BatchResult, error) {
 		return nil, ErrNotServing
 	}
 	now := m.clock.Now()
-	if w.open == 0 || w.eventsLocked() {
+	if w.open == 0 || w.early || w.eventsLocked() {
 		m.answerLocked(w, now)
 		out := m.collectLocked(w)
 		m.mu.Unlock()
@@ -246,7 +248,7 @@ func (b *Batch) Wait(ctx context.Context) ([]BatchResult, error) {
 			return nil, ErrNotServing
 		}
 		now = m.clock.Now()
-		if w.open > 0 && now.Before(m.batchAnswerAtLocked(w)) && !w.eventsLocked() {
+		if w.open > 0 && !w.early && now.Before(m.batchAnswerAtLocked(w)) && !w.eventsLocked() {
 			// A wake for a session that left the batch or for one that
 			// joined it: wait for the answer time.
 			t.Reset(m.batchAnswerAtLocked(w).Sub(now))
@@ -350,10 +352,14 @@ func (m *Manager) cadenceLocked() time.Duration {
 // supersedeLocked answers the session's parked KeepAlive, replaced at now
 // by a newer one whose arrival renewed the lease: the lease is counted
 // from now, and the events stay queued for the newer one. The rest of its
-// batch stays parked.
+// batch is answered with it, at once (each renewed then): a superseded
+// KeepAlive is how a client proves its lease quickly, so its answer must
+// not wait for the batch's cadence.
 // REQUIRES: m.mu held; s.parked != nil; the lease renewed at now.
 func (m *Manager) supersedeLocked(s *sess, now monotime.Time) {
 	w := s.parked
+	w.early = true
+	w.signal()
 	m.settleLocked(s, Reply{
 		LeaseTimeout: s.leaseEnd.Sub(now),
 		Epoch:        m.cfg.Epoch,

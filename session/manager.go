@@ -90,6 +90,10 @@ type waiter struct {
 	// closed is set once the batch is answered or ended: no entry may
 	// join it any more (Batch.Join).
 	closed bool
+	// early is set when an entry was superseded: the batch is answered at
+	// once, so that the superseded entry's proof of lease (a client's
+	// quickest) is not held back until the cadence.
+	early bool
 }
 
 // slot is one entry of a parked batch.
@@ -388,7 +392,16 @@ func (m *Manager) NextDeadline(now monotime.Time) (at monotime.Time, ok bool) {
 	return m.mu.leases.next(now)
 }
 
-// Stats returns a snapshot of the counters. It walks every session.
+// Sessions returns the number of sessions known, including expiring ones
+// (Stats.Sessions), without walking them: for callers that ask often.
+func (m *Manager) Sessions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.mu.sessions)
+}
+
+// Stats returns a snapshot of the counters. It walks every session: a
+// caller that asks often and needs only the count uses Sessions.
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -24,6 +24,7 @@ package paxostest
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -47,6 +48,10 @@ type Env struct {
 	votes   map[voteKey]map[paxos.ID]bool
 	chosen  map[paxos.Slot]string
 	applied map[paxos.Slot]string
+	// confs holds the memberships the applied log made, by Index (the
+	// initial one, Index 0, first): the oracle's own view of which voters
+	// make a slot chosen.
+	confs []paxos.Membership
 	// reported holds the violations reported, each reported once.
 	reported map[string]bool
 }
@@ -78,28 +83,38 @@ type Node struct {
 // steps records the steps of a Ready that were carried out.
 type steps struct{ persist, send, apply bool }
 
-// App is the replicated application: the commands applied in slot order.
+// App is the replicated application: the commands applied in slot order,
+// and the membership the last applied membership change made (nil before
+// the first), which its snapshots carry.
 type App struct {
 	Applied paxos.Slot
 	Cmds    []string
+	Members *paxos.Membership
 }
 
 // apply applies the chosen entry e.
 func (a *App) apply(e paxos.Entry) {
-	for _, c := range e.Value.Cmds {
-		a.Cmds = append(a.Cmds, string(c.Data))
+	if c := e.Value.Conf; c != nil {
+		m := *c
+		m.Index = e.Slot
+		a.Members = &m
+	} else {
+		for _, c := range e.Value.Cmds {
+			a.Cmds = append(a.Cmds, string(c.Data))
+		}
 	}
 	a.Applied = e.Slot
 }
 
 // snapshot returns the application's state as a snapshot.
 func (a *App) snapshot() paxos.Snapshot {
-	return paxos.Snapshot{Slot: a.Applied, Data: []byte(strings.Join(a.Cmds, "\n"))}
+	return paxos.Snapshot{Slot: a.Applied, Data: []byte(strings.Join(a.Cmds, "\n")), Members: a.Members}
 }
 
 // restore replaces the application's state with snap's.
 func (a *App) restore(snap paxos.Snapshot) {
 	a.Applied = snap.Slot
+	a.Members = snap.Members
 	a.Cmds = nil
 	if len(snap.Data) > 0 {
 		a.Cmds = strings.Split(string(snap.Data), "\n")
@@ -181,6 +196,7 @@ func (env *Env) AddNodes(k int, base paxos.Config) error {
 		}
 		n.Node = nd
 	}
+	env.confs = []paxos.Membership{{Voters: all}}
 	for i := first; i < first+k; i++ {
 		cfg := base
 		cfg.ID = paxos.ID(i)
@@ -197,6 +213,29 @@ func (env *Env) AddNodes(k int, base paxos.Config) error {
 		env.nodes = append(env.nodes, n)
 	}
 	return nil
+}
+
+// Join adds a replica outside the membership, as a replica about to be
+// added is started: it lists the cell's initial voters and is none of them.
+func (env *Env) Join() (paxos.ID, error) {
+	if len(env.nodes) == 0 {
+		return 0, fmt.Errorf("join needs a cell: add-nodes first")
+	}
+	cfg := env.nodes[0].Cfg
+	cfg.ID = paxos.ID(len(env.nodes) + 1)
+	cfg.Seed = uint64(cfg.ID)
+	st := paxos.NewMemoryStorage()
+	cfg.Storage = st
+	cfg.Rebuild = false
+	cfg.Applied = 0
+	nd, err := paxos.NewNode(cfg)
+	if err != nil {
+		return 0, err
+	}
+	n := &Node{ID: cfg.ID, Cfg: cfg, Node: nd, Store: st, App: &App{}}
+	n.last = nd.Status()
+	env.nodes = append(env.nodes, n)
+	return cfg.ID, nil
 }
 
 // Crash stops replica id: everything its storage did not sync is lost, the
@@ -377,6 +416,9 @@ func (env *Env) apply(n *Node) {
 			env.violation("replica %d applied %s in slot %d, another replica applied %s", n.ID, v, e.Slot, prev)
 		} else if !ok {
 			env.applied[e.Slot] = v
+			if c := e.Value.Conf; c != nil {
+				env.learnConf(*c, e.Slot)
+			}
 		}
 		if c, ok := env.chosen[e.Slot]; ok && c != v {
 			env.violation("replica %d applied %s in slot %d, but %s was chosen", n.ID, v, e.Slot, c)
@@ -406,12 +448,67 @@ func (env *Env) noteVotes(id paxos.ID, ents []paxos.Entry) {
 			env.votes[k] = set
 		}
 		set[id] = true
-		if len(set) > len(env.nodes)/2 {
-			if c, ok := env.chosen[e.Slot]; ok && c != k.value {
-				env.violation("slot %d chosen with two values: %s, then %s at ballot %s", e.Slot, c, k.value, e.Ballot)
+		env.judge(k, set)
+	}
+}
+
+// judge records k's value as chosen if the replicas in set, which accepted
+// it, make a quorum for its slot.
+func (env *Env) judge(k voteKey, set map[paxos.ID]bool) {
+	if !env.quorum(k.slot, set) {
+		return
+	}
+	if c, ok := env.chosen[k.slot]; ok && c != k.value {
+		env.violation("slot %d chosen with two values: %s, then %s at ballot %s", k.slot, c, k.value, k.ballot)
+	}
+	env.chosen[k.slot] = k.value
+}
+
+// quorum reports whether set holds a majority of the voters of the
+// membership in force for slot (as the applied log says), or of the one
+// before it. The second makes the oracle stricter, never laxer: any
+// majority of consecutive memberships meet, so a value a majority of the
+// earlier one accepted is found by every later Phase 1, and the protocol
+// must treat it as chosen.
+func (env *Env) quorum(slot paxos.Slot, set map[paxos.ID]bool) bool {
+	i := 0
+	for i+1 < len(env.confs) && env.confs[i+1].Index < slot {
+		i++
+	}
+	for j := max(i-1, 0); j <= i; j++ {
+		c := 0
+		for _, v := range env.confs[j].Voters {
+			if set[v] {
+				c++
 			}
-			env.chosen[e.Slot] = k.value
 		}
+		if c > len(env.confs[j].Voters)/2 {
+			return true
+		}
+	}
+	return false
+}
+
+// learnConf notes the membership the change chosen in slot made, and
+// judges again the votes in the slots it governs.
+func (env *Env) learnConf(m paxos.Membership, slot paxos.Slot) {
+	m.Index = slot
+	env.confs = append(env.confs, m)
+	sort.Slice(env.confs, func(i, j int) bool { return env.confs[i].Index < env.confs[j].Index })
+	keys := make([]voteKey, 0, len(env.votes))
+	for k := range env.votes {
+		if k.slot > slot {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].slot != keys[j].slot {
+			return keys[i].slot < keys[j].slot
+		}
+		return keys[i].ballot < keys[j].ballot
+	})
+	for _, k := range keys {
+		env.judge(k, env.votes[k])
 	}
 }
 
@@ -523,6 +620,9 @@ func (env *Env) changes() string {
 		if st.HandOver != old.HandOver {
 			fmt.Fprintf(&b, "%d: hand-over to %d -> %d\n", n.ID, old.HandOver, st.HandOver)
 		}
+		if !st.Members.Equal(old.Members) {
+			fmt.Fprintf(&b, "%d: members (%s)@%d -> (%s)@%d\n", n.ID, old.Members, old.Members.Index, st.Members, st.Members.Index)
+		}
 		if st.Successor != old.Successor {
 			fmt.Fprintf(&b, "%d: successor %d -> %d\n", n.ID, old.Successor, st.Successor)
 		}
@@ -581,10 +681,14 @@ func DescribeEntry(e paxos.Entry) string {
 	return fmt.Sprintf("%d@%s:%s", e.Slot, e.Ballot, DescribeValue(e.Value))
 }
 
-// DescribeValue formats v as its commands' data in braces, or noop.
+// DescribeValue formats v as its commands' data in braces, noop, or
+// conf(...) for a membership change.
 func DescribeValue(v paxos.Value) string {
 	if v.IsNoop() {
 		return "noop"
+	}
+	if v.Conf != nil {
+		return "conf(" + v.Conf.String() + ")"
 	}
 	parts := make([]string, len(v.Cmds))
 	for i, c := range v.Cmds {
@@ -615,6 +719,12 @@ func DescribeStatus(st paxos.Status) string {
 	}
 	if st.Successor != 0 {
 		fmt.Fprintf(&b, " successor=%d", st.Successor)
+	}
+	if m := st.Members; m.Index > 0 || len(m.Learners) > 0 || !slices.Contains(m.Voters, st.ID) {
+		fmt.Fprintf(&b, " members=(%s)@%d", m, m.Index)
+		if st.ConfPending > 0 {
+			fmt.Fprintf(&b, " confpending=%d", st.ConfPending)
+		}
 	}
 	if rb := st.Rebuild; rb.Phase != paxos.RebuildNone {
 		fmt.Fprintf(&b, " rebuild=%q", rb.Phase)

@@ -22,6 +22,9 @@ import (
 //	propose ID DATA...           propose each DATA at ID (the Ready is not handled)
 //	step-down ID [to=N]          StepDown(N) at ID
 //	hand-over ID [to=N]          HandOver(N) at ID
+//	join                         start a new replica (next ID) outside the membership
+//	conf-change ID add-learner=N | promote=N | remove=N
+//	                             ProposeConfChange at ID (the Ready is not handled)
 //	process-ready [IDS] [persist] [early-send] [send] [apply] [advance] [quiet]
 //	                             with no step flags: handle every Ready of the replicas completely;
 //	                             with flags: take one Ready (if none is in hand) and carry out only those steps
@@ -187,6 +190,41 @@ func (env *Env) handle(t testing.TB, td *datadriven.TestData) error {
 			return nd.HandOver(paxos.ID(to))
 		}
 		return nd.StepDown(paxos.ID(to))
+	case "join":
+		id, err := env.Join()
+		if err != nil {
+			return err
+		}
+		env.printf("%d: started outside the membership\n", id)
+		return nil
+	case "conf-change":
+		n, err := env.one(ids)
+		if err != nil {
+			return err
+		}
+		nd, err := running(n)
+		if err != nil {
+			return err
+		}
+		var cc paxos.ConfChange
+		for name, typ := range map[string]paxos.ConfChangeType{"add-learner": paxos.ConfAddLearner, "promote": paxos.ConfPromote, "remove": paxos.ConfRemove} {
+			if _, ok := flags[name]; ok {
+				id, err := intFlag(flags, name, 0)
+				if err != nil {
+					return err
+				}
+				cc = paxos.ConfChange{Type: typ, ID: paxos.ID(id)}
+			}
+		}
+		if cc.Type == 0 {
+			return fmt.Errorf("conf-change wants add-learner=N, promote=N or remove=N")
+		}
+		pid, err := nd.ProposeConfChange(cc)
+		if err != nil {
+			return err
+		}
+		env.printf("%s %d: proposal %s/%d\n", cc.Type, cc.ID, pid.Ballot, pid.Seq)
+		return nil
 	case "process-ready":
 		return env.cmdProcessReady(ids, flags)
 	case "deliver-msgs":
