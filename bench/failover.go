@@ -95,10 +95,7 @@ func runFailover(ctx context.Context, d Driver, cfg Config, r *Result) error {
 		return err
 	}
 	defer closeAll(cs)
-	mus := make([]Mutex, len(cs))
-	for i, c := range cs {
-		mus[i] = c.Mutex(fmt.Sprintf("fo%d", i))
-	}
+	mus := mutexes(cs, func(i int) string { return fmt.Sprintf("fo%d", i) })
 	marks := make([][]acquireMark, len(cs))
 	phase(cfg, d, cfg.Workload)
 	win := newWindow(cfg)

@@ -342,3 +342,22 @@ func TestServerCPUPerOp(t *testing.T) {
 		}
 	}
 }
+
+// TestMutexesOnePerClient: mutexes gives client i the mutex named name(i),
+// one lock per name.
+func TestMutexesOnePerClient(t *testing.T) {
+	d := &memDriver{}
+	cs, err := connect(context.Background(), d, 3, ClientOptions{Tenant: "bench"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mus := mutexes(cs, func(i int) string { return fmt.Sprintf("m%d", i) })
+	if len(mus) != len(cs) || len(d.locks) != len(cs) {
+		t.Fatalf("%d mutexes on %d locks for %d clients", len(mus), len(d.locks), len(cs))
+	}
+	for i, m := range mus {
+		if want := d.locks[fmt.Sprintf("m%d", i)]; want == nil || m.(*memMutex).l != want {
+			t.Errorf("client %d's mutex is not the lock m%d", i, i)
+		}
+	}
+}

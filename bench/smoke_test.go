@@ -24,14 +24,7 @@ func TestSmokeInProcessCell(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ic.Stop()
-	target, err := ic.Target()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := NewLockcellDriver(target)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := lockcellDriver(t, ic.Target)
 	defer d.Close()
 	for _, w := range []Workload{Uncontended, Contended, ReadHeavyCache, Sessions} {
 		r, err := Run(ctx, d, Config{Workload: w, Clients: 4, Duration: time.Second, Warmup: -1, Sessions: 60})
@@ -63,6 +56,20 @@ func TestSmokeInProcessCell(t *testing.T) {
 	if r.Metrics[MetricRestarts] != 5 || r.Metrics[MetricMasterChanges] < 1 {
 		t.Fatalf("rolling restart: %v restarts, %v master changes", r.Metrics[MetricRestarts], r.Metrics[MetricMasterChanges])
 	}
+}
+
+// lockcellDriver makes a driver for the cell that target names.
+func lockcellDriver(t *testing.T, target func() (LockcellTarget, error)) *LockcellDriver {
+	t.Helper()
+	tg, err := target()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewLockcellDriver(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // checkFailover requires a fail-over run to have measured every client's
@@ -99,14 +106,7 @@ func TestSmokeProcessCell(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.StopAll()
-	target, err := pc.Target()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := NewLockcellDriver(target)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := lockcellDriver(t, pc.Target)
 	defer d.Close()
 	for _, w := range []Workload{FailoverPause, FailoverPartition} {
 		r, err := Run(ctx, d, Config{Workload: w, Clients: 4, Duration: 6 * time.Second, Warmup: -1})

@@ -343,6 +343,15 @@ func connect(ctx context.Context, d Driver, n int, opts ClientOptions) ([]Client
 	return out, nil
 }
 
+// mutexes returns one Mutex per client: cs[i]'s on the name name(i).
+func mutexes(cs []Client, name func(i int) string) []Mutex {
+	mus := make([]Mutex, len(cs))
+	for i, c := range cs {
+		mus[i] = c.Mutex(name(i))
+	}
+	return mus
+}
+
 // closeAll closes clients in parallel, each within a few seconds.
 func closeAll(cs []Client) {
 	var wg sync.WaitGroup
@@ -476,10 +485,7 @@ func runUncontended(ctx context.Context, d Driver, cfg Config, r *Result) error 
 		return err
 	}
 	defer closeAll(cs)
-	mus := make([]Mutex, len(cs))
-	for i, c := range cs {
-		mus[i] = c.Mutex(fmt.Sprintf("u%d", i))
-	}
+	mus := mutexes(cs, func(i int) string { return fmt.Sprintf("u%d", i) })
 	phase(cfg, d, Uncontended)
 	win := newWindow(cfg)
 	cpu := meterCPU(ctx, d, win)
@@ -500,10 +506,7 @@ func runContended(ctx context.Context, d Driver, cfg Config, r *Result) error {
 		return err
 	}
 	defer closeAll(cs)
-	mus := make([]Mutex, len(cs))
-	for i, c := range cs {
-		mus[i] = c.Mutex("hot")
-	}
+	mus := mutexes(cs, func(int) string { return "hot" })
 	var fc FencedCounter
 	phase(cfg, d, Contended)
 	win := newWindow(cfg)
@@ -726,14 +729,8 @@ func runNoisy(ctx context.Context, d Driver, cfg Config, r *Result) error {
 		return err
 	}
 	defer closeAll(noisy)
-	qm := make([]Mutex, len(quiet))
-	for i, c := range quiet {
-		qm[i] = c.Mutex(fmt.Sprintf("q%d", i))
-	}
-	nm := make([]Mutex, len(noisy))
-	for i, c := range noisy {
-		nm[i] = c.Mutex(fmt.Sprintf("n%d", i))
-	}
+	qm := mutexes(quiet, func(i int) string { return fmt.Sprintf("q%d", i) })
+	nm := mutexes(noisy, func(i int) string { return fmt.Sprintf("n%d", i) })
 	half := cfg.Duration / 2
 	start := time.Now().Add(cfg.Warmup)
 	alone := window{start, start.Add(half)}

@@ -75,15 +75,8 @@ func (c *scriptCluster) Leader(ctx context.Context) (int, error) { return c.lead
 
 // Signal signals member's process and waits (up to 15 s) until it is gone.
 func (c *scriptCluster) Signal(ctx context.Context, member int, sig syscall.Signal) error {
-	m, err := c.members(ctx)
+	pid, err := c.kill(ctx, member, sig)
 	if err != nil {
-		return err
-	}
-	pid, ok := m[member]
-	if !ok {
-		return fmt.Errorf("peers: member %d is not running", member)
-	}
-	if err := syscall.Kill(pid, sig); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -130,26 +123,28 @@ func (c *scriptCluster) Healthy(ctx context.Context) error {
 
 // Pause stops member's process (SIGSTOP): bench's failover-pause.
 func (c *scriptCluster) Pause(ctx context.Context, member int) error {
-	return c.kill(ctx, member, syscall.SIGSTOP)
+	_, err := c.kill(ctx, member, syscall.SIGSTOP)
+	return err
 }
 
 // Resume continues member's process (SIGCONT).
 func (c *scriptCluster) Resume(ctx context.Context, member int) error {
-	return c.kill(ctx, member, syscall.SIGCONT)
+	_, err := c.kill(ctx, member, syscall.SIGCONT)
+	return err
 }
 
-// kill sends sig to member's process without waiting.
-func (c *scriptCluster) kill(ctx context.Context, member int, sig syscall.Signal) error {
+// kill sends sig to member's process without waiting and returns its pid.
+func (c *scriptCluster) kill(ctx context.Context, member int, sig syscall.Signal) (int, error) {
 	m, err := c.members(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	pid, ok := m[member]
 	if !ok {
-		return fmt.Errorf("peers: member %d is not running", member)
+		return 0, fmt.Errorf("peers: member %d is not running", member)
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
-		return fmt.Errorf("peers: %v to member %d (pid %d): %w", sig, member, pid, err)
+		return 0, fmt.Errorf("peers: %v to member %d (pid %d): %w", sig, member, pid, err)
 	}
-	return nil
+	return pid, nil
 }

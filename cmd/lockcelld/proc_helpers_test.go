@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -55,10 +54,9 @@ func lockcelldBinary(t *testing.T) string {
 		if buildDir, buildErr = os.MkdirTemp("", "lockcelld-test-"); buildErr != nil {
 			return
 		}
-		builtBin = filepath.Join(buildDir, "lockcelld")
-		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		builtBin, buildErr = proccell.BuildLockcelld(ctx, buildDir, "")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

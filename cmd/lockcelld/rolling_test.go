@@ -18,6 +18,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/internal/monotime"
+	"github.com/lockcell/lockcell/internal/proccell"
 )
 
 // TestRollingRestart follows the rolling-restart runbook of
@@ -111,10 +112,9 @@ func lockctlBinary(t *testing.T) string {
 	t.Helper()
 	lockcelldBinary(t) // makes buildDir
 	lockctlOnce.Do(func() {
-		lockctlOnce.bin = filepath.Join(buildDir, "lockctl")
-		if out, err := exec.Command("go", "build", "-o", lockctlOnce.bin, "../lockctl").CombinedOutput(); err != nil {
-			lockctlOnce.err = fmt.Errorf("build lockctl: %v\n%s", err, out)
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		lockctlOnce.bin, lockctlOnce.err = proccell.Build(ctx, buildDir, "lockctl", "", "github.com/lockcell/lockcell/cmd/lockctl")
 	})
 	if lockctlOnce.err != nil {
 		t.Fatal(lockctlOnce.err)

@@ -47,16 +47,21 @@ func lockcelld(t *testing.T) string {
 	return builtBin
 }
 
-// startCell starts a three-replica cell with fault injection; it is
-// killed when the test ends.
-func startCell(t *testing.T, ctx context.Context) *Cell {
+// startCell builds lockcelld (before the test's time starts), then starts
+// a three-replica cell with fault injection. It returns the test's context,
+// which ends after 3 minutes or with the test; the cell is killed when the
+// test ends.
+func startCell(t *testing.T) (context.Context, *Cell) {
 	t.Helper()
+	lockcelld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
 	c, err := Start(ctx, Config{Binary: lockcelld(t), Dir: filepath.Join(t.TempDir(), "cell"), Replicas: 3, FaultInjection: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.KillAll)
-	return c
+	return ctx, c
 }
 
 // waitNewMaster waits for a master other than old and returns it.
@@ -74,10 +79,7 @@ func waitNewMaster(t *testing.T, ctx context.Context, c *Cell, old uint64) uint6
 }
 
 func TestKillMasterNewMaster(t *testing.T) {
-	lockcelld(t) // built before the test's time starts
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := startCell(t, ctx)
+	ctx, c := startCell(t)
 	if got := len(c.PIDs()); got != 3 {
 		t.Fatalf("%d processes run, want 3", got)
 	}
@@ -125,10 +127,7 @@ func TestKillMasterNewMaster(t *testing.T) {
 }
 
 func TestPauseResumeMaster(t *testing.T) {
-	lockcelld(t) // built before the test's time starts
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := startCell(t, ctx)
+	ctx, c := startCell(t)
 	old, err := c.WaitMaster(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -168,10 +167,7 @@ func TestPauseResumeMaster(t *testing.T) {
 }
 
 func TestPartitionMinorityWithMaster(t *testing.T) {
-	lockcelld(t) // built before the test's time starts
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := startCell(t, ctx)
+	ctx, c := startCell(t)
 	old, err := c.WaitMaster(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -193,10 +189,7 @@ func TestPartitionMinorityWithMaster(t *testing.T) {
 }
 
 func TestStopAndRestartKnobs(t *testing.T) {
-	lockcelld(t) // built before the test's time starts
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := startCell(t, ctx)
+	ctx, c := startCell(t)
 	id := uint64(2)
 	if err := c.Restart(id, Knobs{ClockScale: 1.5, SyncDelay: time.Millisecond, LogLevel: "info"}); err != nil {
 		t.Fatal(err)

@@ -20,26 +20,35 @@ var ErrNoMaster = errors.New("proccell: no master")
 // GetJSON fetches path ("/status") from replica id's HTTP listener and
 // decodes the JSON answer into v.
 func (c *Cell) GetJSON(ctx context.Context, id uint64, path string, v any) error {
+	return c.call(ctx, id, http.MethodGet, path, nil, v)
+}
+
+// call sends method to path on replica id's HTTP listener with body (if
+// not nil) and requires 200 OK; if out is not nil it decodes the JSON answer
+// into it. Its errors name the replica, the method and the path.
+func (c *Cell) call(ctx context.Context, id uint64, method, path string, body io.Reader, out any) error {
 	r, err := c.rep(id)
 	if err != nil {
 		return err
 	}
-	url := "http://" + r.httpAddr + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+r.httpAddr+path, body)
 	if err != nil {
 		return err
 	}
 	resp, err := c.httpc.Do(req)
 	if err != nil {
-		return fmt.Errorf("proccell: replica %d: %w", id, err)
+		return fmt.Errorf("proccell: replica %d: %s %s: %w", id, method, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("proccell: replica %d: GET %s: %s: %s", id, path, resp.Status, bytes.TrimSpace(body))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("proccell: replica %d: %s %s: %s: %s", id, method, path, resp.Status, bytes.TrimSpace(b))
 	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("proccell: replica %d: GET %s: %w", id, path, err)
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("proccell: replica %d: %s %s: %w", id, method, path, err)
 	}
 	return nil
 }
@@ -178,28 +187,11 @@ func (c *Cell) FaultsAvailable(ctx context.Context, id uint64) error {
 
 // SetFaults replaces replica id's fault rules with st.
 func (c *Cell) SetFaults(ctx context.Context, id uint64, st transport.FaultState) error {
-	r, err := c.rep(id)
-	if err != nil {
-		return err
-	}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.httpAddr+"/debug/faults/rules", bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	resp, err := c.httpc.Do(req)
-	if err != nil {
-		return fmt.Errorf("proccell: faults of replica %d: %w", id, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("proccell: faults of replica %d: %s: %s", id, resp.Status, bytes.TrimSpace(body))
-	}
-	return nil
+	return c.call(ctx, id, http.MethodPost, "/debug/faults/rules", bytes.NewReader(b), nil)
 }
 
 // SetFaultsRunning installs st on replica id, retrying for up to 5 s while
