@@ -84,8 +84,22 @@ func (h *leaseIndex) remove(s *sess) { heap.Remove(h, s.heapIdx) }
 // key is exact. The root is then the earliest session by (lease end, ID):
 // every other session's real key is at or after its filed key, which is at
 // or after the root's. Each step makes one stale entry exact, so it ends.
+//
+// Sessions created together and renewed together come up stale together;
+// once a sixteenth of the index has been re-filed one by one, rebuilding
+// the whole heap under exact keys (O(n)) is cheaper than sifting the rest
+// (O(log n) each), and bounds the time spent under the Manager's lock.
 func (h *leaseIndex) refileRoot() {
+	budget := len(*h)/16 + 1
 	for len(*h) > 0 && (*h)[0].heapKey != (*h)[0].leaseEnd {
+		if budget == 0 {
+			for _, s := range *h {
+				s.heapKey = s.leaseEnd
+			}
+			heap.Init(h)
+			return
+		}
+		budget--
 		(*h)[0].heapKey = (*h)[0].leaseEnd
 		heap.Fix(h, 0)
 	}
