@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/proccell"
 )
 
@@ -243,7 +244,7 @@ func (p *ProcCell) HandOver(ctx context.Context, member int) error {
 		return err
 	}
 	defer admin.Close()
-	if err := admin.StepDown(ctx, 0); err != nil {
+	if err := operator.New(admin).StepDown(ctx, 0); err != nil {
 		return err
 	}
 	for {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // LockcellTarget says how to reach a lockcell cell.
@@ -116,7 +117,7 @@ func (d *LockcellDriver) ensureTenant(ctx context.Context, tenant string) error 
 		}
 		d.admin = c
 	}
-	_, err := d.admin.CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
+	_, err := operator.New(d.admin).CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
 	if err != nil && !errors.Is(err, api.ErrAlreadyExists) {
 		return fmt.Errorf("bench: creating tenant %s: %w", tenant, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/namespace"
 )
 
@@ -66,7 +67,7 @@ func newBackupFixture(t *testing.T) *backupFixture {
 	}
 
 	// A tenant principal may not take a backup: a typed error.
-	if _, err := c.SaveSnapshot(ctx, &bytes.Buffer{}); !errors.Is(err, api.ErrPermissionDenied) {
+	if _, err := operator.New(c).SaveSnapshot(ctx, &bytes.Buffer{}); !errors.Is(err, api.ErrPermissionDenied) {
 		t.Fatalf("SaveSnapshot as a tenant principal: %v, want permission denied", err)
 	}
 	adminCert, err := lc.AdminCertificate()
@@ -79,7 +80,7 @@ func newBackupFixture(t *testing.T) *backupFixture {
 	}
 	defer ac.Close()
 	var buf bytes.Buffer
-	head, err := ac.SaveSnapshot(ctx, &buf)
+	head, err := operator.New(ac).SaveSnapshot(ctx, &buf)
 	if err != nil {
 		t.Fatal(err)
 	}

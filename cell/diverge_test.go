@@ -2,9 +2,9 @@ package cell_test
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -38,140 +38,134 @@ func metricValue(body, name string) float64 {
 // Replicas compare their state checksums at equal applied slots: in a
 // healthy cell they compare and agree; after one replica's store is made to
 // apply a command the others never chose (a planted divergence), the
-// mismatch metric counts it on the others.
+// mismatch metric counts it on the others. The cell runs on celltest under
+// synctest; the metrics are read from the replicas without HTTP.
 func TestReplicasCompareStateChecksums(t *testing.T) {
-	lc := startCell(t, 3, func(c *cell.Config) { c.HTTPAddr = "127.0.0.1:0" })
-	ctx := testCtx(t, 4*time.Minute) // a hang guard, never a measure
-	cert, err := lc.ClientCertificate("t", "app")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dial := func() (*client.Client, *client.Session) {
-		c, err := client.Dial(ctx, client.Config{Addrs: lc.Addrs(), CA: lc.CA.Pool(), Certificate: &cert, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.NewSession(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, s
-	}
-	c, s := dial()
-	for _, p := range []string{"/t/a", "/t/b"} {
-		if _, err := s.Open(ctx, p, client.OpenOptions{Create: true, Contents: []byte("x")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	metrics := func(id uint64) string {
-		r := lc.Replica(id)
-		if r == nil {
-			return ""
-		}
-		return httpGet(t, ctx, "http://"+r.HTTPAddr()+"/metrics")
-	}
-	// waitMetric polls until cond holds on every listed replica. It waits
-	// on the condition only: the test's context is the hang guard, and
-	// when it ends the failure names each replica's progress (a replica
-	// that stopped applying is a bug, not a slow machine).
-	waitMetric := func(what string, ids []uint64, cond func(body string) bool) {
-		t.Helper()
-		for {
-			ok := true
-			for _, id := range ids {
-				ok = ok && cond(metrics(id))
+	synctest.Test(t, func(t *testing.T) {
+		lc := simCell(t, 3, nil)
+		ctx := testCtx(t, 4*time.Minute) // a hang guard, never a measure
+		dial := func() (*client.Client, *client.Session) {
+			c := lc.Dial(ctx, lc.ClientConfig("t", "app"))
+			s, err := c.NewSession(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if ok {
-				return
+			return c, s
+		}
+		c, s := dial()
+		for _, p := range []string{"/t/a", "/t/b"} {
+			if _, err := s.Open(ctx, p, client.OpenOptions{Create: true, Contents: []byte("x")}); err != nil {
+				t.Fatal(err)
 			}
-			select {
-			case <-ctx.Done():
-				var progress strings.Builder
-				for id := uint64(1); id <= 3; id++ {
-					if r := lc.Replica(id); r != nil {
-						st := r.Status()
-						fmt.Fprintf(&progress, " replica %d: %+v;", id, st)
-					}
+		}
+		metrics := func(id uint64) string {
+			r := lc.Replica(id)
+			if r == nil {
+				return ""
+			}
+			return r.MetricsText()
+		}
+		// waitMetric polls until cond holds on every listed replica. It waits
+		// on the condition only: the test's context is the hang guard, and
+		// when it ends the failure names each replica's progress (a replica
+		// that stopped applying is a bug, not a slow machine).
+		waitMetric := func(what string, ids []uint64, cond func(body string) bool) {
+			t.Helper()
+			for {
+				ok := true
+				for _, id := range ids {
+					ok = ok && cond(metrics(id))
 				}
-				t.Fatalf("gave up waiting for %s (test context ended):%s", what, progress.String())
-			case <-time.After(50 * time.Millisecond):
+				if ok {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					var progress strings.Builder
+					for id := uint64(1); id <= 3; id++ {
+						if r := lc.Replica(id); r != nil {
+							st := r.Status()
+							fmt.Fprintf(&progress, " replica %d: %+v;", id, st)
+						}
+					}
+					t.Fatalf("gave up waiting for %s (test context ended):%s", what, progress.String())
+				case <-time.After(50 * time.Millisecond):
+				}
 			}
 		}
-	}
-	// Healthy: every replica compares (the floor: at least 5 comparisons
-	// each) and finds no mismatch.
-	waitMetric("comparisons", []uint64{1, 2, 3}, func(b string) bool { return metricValue(b, "lockcell_state_comparisons_total") >= 5 })
-	for id := uint64(1); id <= 3; id++ {
-		if n := metricValue(metrics(id), "lockcell_state_checksum_mismatches_total"); n != 0 {
-			t.Fatalf("replica %d counts %v mismatches in a healthy cell", id, n)
+		// Healthy: every replica compares (the floor: at least 5 comparisons
+		// each) and finds no mismatch.
+		waitMetric("comparisons", []uint64{1, 2, 3}, func(b string) bool { return metricValue(b, "lockcell_state_comparisons_total") >= 5 })
+		for id := uint64(1); id <= 3; id++ {
+			if n := metricValue(metrics(id), "lockcell_state_checksum_mismatches_total"); n != 0 {
+				t.Fatalf("replica %d counts %v mismatches in a healthy cell", id, n)
+			}
 		}
-	}
-	c.Close()
+		c.Close()
 
-	// Plant: a stopped replica's log gets a chosen value of its own for
-	// the slot after its last: as if it had learned a different value than
-	// the cell chooses there (what a broken acceptor or learner would do).
-	// It applies it at its next start; the cell chooses another value for
-	// that slot, which the replica, holding the slot chosen already, never
-	// applies.
-	victim := uint64(3)
-	if m := lc.Master(); m != nil && m.ID() == victim {
-		victim = 2
-	}
-	cfg, err := lc.Config(victim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lc.Stop(victim)
-	db, err := pebble.Open(cfg.DataDir, &pebble.Options{FormatMajorVersion: pebble.FormatWALSyncChunks, Logger: quietPebble{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := namespace.Open(db, namespace.Config{AdminPrincipal: cell.DefaultAdminPrincipal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logdb, err := paxos.NewPebbleStorage(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, err := logdb.InitialState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, _, _ := ns.Clock()
-	cmd, err := namespace.EncodeCommand(namespace.Command{Time: now, Caller: namespace.Caller{Tenant: "t", Principal: "app"},
-		Op: &namespace.OpenNode{Path: "/t/rogue", Create: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := max(paxos.Slot(ns.AppliedSlot()), hs.Chosen) + 1
-	hs.Chosen = slot
-	if err := logdb.Save(hs, []paxos.Entry{{Slot: slot, Ballot: hs.Promised, Value: paxos.Value{Cmds: []paxos.Command{{ID: paxos.ProposalID{Ballot: hs.Promised, Seq: 1 << 40}, Data: cmd}}}}}, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := lc.Start(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	c, s = dial()
-	defer c.Close()
-	var others []uint64
-	for id := uint64(1); id <= 3; id++ {
-		if id != victim {
-			others = append(others, id)
+		// Plant: a stopped replica's log gets a chosen value of its own for
+		// the slot after its last: as if it had learned a different value than
+		// the cell chooses there (what a broken acceptor or learner would do).
+		// It applies it at its next start; the cell chooses another value for
+		// that slot, which the replica, holding the slot chosen already, never
+		// applies.
+		victim := uint64(3)
+		if m := lc.Master(); m != nil && m.ID() == victim {
+			victim = 2
 		}
-	}
-	// Writes move the cell on; once the victim applies a slot after the
-	// planted one, its checksum differs from the others' at equal slots.
-	for i := 0; i < 3; i++ {
-		if _, err := s.Open(ctx, "/t/after"+string(rune('0'+i)), client.OpenOptions{Create: true}); err != nil {
+		cfg, err := lc.Config(victim)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	waitMetric("a mismatch counted by the healthy replicas", others, func(b string) bool {
-		return metricValue(b, "lockcell_state_checksum_mismatches_total") >= 1
+		lc.Crash(victim)
+		db, err := pebble.Open(cfg.DataDir, &pebble.Options{FormatMajorVersion: pebble.FormatWALSyncChunks, Logger: quietPebble{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := namespace.Open(db, namespace.Config{AdminPrincipal: cell.DefaultAdminPrincipal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logdb, err := paxos.NewPebbleStorage(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs, err := logdb.InitialState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, _, _ := ns.Clock()
+		cmd, err := namespace.EncodeCommand(namespace.Command{Time: now, Caller: namespace.Caller{Tenant: "t", Principal: "app"},
+			Op: &namespace.OpenNode{Path: "/t/rogue", Create: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot := max(paxos.Slot(ns.AppliedSlot()), hs.Chosen) + 1
+		hs.Chosen = slot
+		if err := logdb.Save(hs, []paxos.Entry{{Slot: slot, Ballot: hs.Promised, Value: paxos.Value{Cmds: []paxos.Command{{ID: paxos.ProposalID{Ballot: hs.Promised, Seq: 1 << 40}, Data: cmd}}}}}, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		lc.Restart(victim)
+		c, s = dial()
+		defer c.Close()
+		var others []uint64
+		for id := uint64(1); id <= 3; id++ {
+			if id != victim {
+				others = append(others, id)
+			}
+		}
+		// Writes move the cell on; once the victim applies a slot after the
+		// planted one, its checksum differs from the others' at equal slots.
+		for i := 0; i < 3; i++ {
+			if _, err := s.Open(ctx, "/t/after"+string(rune('0'+i)), client.OpenOptions{Create: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitMetric("a mismatch counted by the healthy replicas", others, func(b string) bool {
+			return metricValue(b, "lockcell_state_checksum_mismatches_total") >= 1
+		})
 	})
 }

@@ -1,6 +1,12 @@
 package cell
 
-import "time"
+import (
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
 
 // Test hooks for the package's external tests.
 
@@ -23,4 +29,12 @@ func (r *Replica) CellClock() (int64, error) {
 // has canceled. hook runs on the run loop goroutine and must not block.
 func SetHeadOutcomeHook(c *Config, hook func(path string, err error, gone <-chan struct{}, deliver func())) {
 	c.headOutcomeHook = hook
+}
+
+// MetricsText returns what the replica's /metrics serves (Prometheus text)
+// without an HTTP server, for tests on the simulated network.
+func (r *Replica) MetricsText() string {
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
 }

@@ -175,99 +175,84 @@ func others(c *celltest.Cell, id uint64) []uint64 {
 }
 
 // waitConverged waits until every running replica applied the same slot
-// and holds the same state checksum.
-func waitConverged(t *testing.T, ctx context.Context, lc *cell.LocalCell) {
+// and holds the same state checksum; it fails the test, listing each
+// replica's progress, if they still differ when ctx ends.
+func waitConverged(t *testing.T, ctx context.Context, lc *celltest.Cell) {
 	t.Helper()
-	for {
-		rs := lc.Running()
-		st0 := rs[0].Status()
-		same := true
-		for _, r := range rs[1:] {
-			st := r.Status()
-			if st.Applied != st0.Applied || st.Checksum != st0.Checksum {
-				same = false
-			}
-		}
-		if same && st0.Applied > 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			for _, r := range rs {
-				t.Logf("replica %d: %+v", r.ID(), r.Status())
-			}
-			t.Fatal("replicas did not converge")
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := lc.WaitConverged(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // TestSessionExpiryLockDelay: a client that stops its KeepAlives loses its
 // session after the lease; its lock is released and lock-delay holds others
-// back. A normal release has no delay.
+// back. A normal release has no delay. Default session lease, on simulated
+// time.
 func TestSessionExpiryLockDelay(t *testing.T) {
-	lc := startCell(t, 3, func(c *cell.Config) { c.SessionLease = 2 * time.Second })
-	ctx := testCtx(t, 60*time.Second)
-	a := newTestClient(t, lc, "t", "alice")
-	a.createSession(ctx)
-	const delay = 3 * time.Second
-	resp, err := a.open(ctx, api.OpenRequest{Path: "/t/delayed", Create: true, LockDelay: int64(delay)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	grant, err := a.acquire(ctx, resp.Handle, api.LockExclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := newTestClient(t, lc, "t", "bob")
-	b.createSession(ctx)
-	bEvents := make(chan api.Event, 16)
-	go b.keepAliveLoop(ctx, bEvents)
-	hb := b.mustOpen(ctx, "/t/delayed")
+	synctest.Test(t, func(t *testing.T) {
+		lc := simCell(t, 3, nil)
+		ctx := testCtx(t, 60*time.Second)
+		a := newTestClient(t, lc, "t", "alice")
+		a.createSession(ctx)
+		const delay = 3 * time.Second
+		resp, err := a.open(ctx, api.OpenRequest{Path: "/t/delayed", Create: true, LockDelay: int64(delay)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grant, err := a.acquire(ctx, resp.Handle, api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newTestClient(t, lc, "t", "bob")
+		b.createSession(ctx)
+		bEvents := make(chan api.Event, 16)
+		go b.keepAliveLoop(ctx, bEvents)
+		hb := b.mustOpen(ctx, "/t/delayed")
 
-	// Alice sends no KeepAlive: her session expires; the lock enters
-	// lock-delay rather than going to Bob at once.
-	var sawDelay bool
-	for {
-		_, err := b.acquire(ctx, hb, api.LockExclusive, false)
-		if err == nil {
-			break
+		// Alice sends no KeepAlive: her session expires; the lock enters
+		// lock-delay rather than going to Bob at once.
+		var sawDelay bool
+		for {
+			_, err := b.acquire(ctx, hb, api.LockExclusive, false)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, api.ErrLockDelay) {
+				sawDelay = true
+			} else if !errors.Is(err, api.ErrLocked) {
+				t.Fatalf("acquire while waiting for expiry: %v", err)
+			}
+			if ctx.Err() != nil {
+				t.Fatal("Bob never got the lock")
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if errors.Is(err, api.ErrLockDelay) {
-			sawDelay = true
-		} else if !errors.Is(err, api.ErrLocked) {
-			t.Fatalf("acquire while waiting for expiry: %v", err)
+		if !sawDelay {
+			t.Fatal("the lock of an expired session went to another session with no lock-delay")
 		}
-		if ctx.Err() != nil {
-			t.Fatal("Bob never got the lock")
+		if chk, err := b.checkSequencer(ctx, grant.Sequencer); err != nil || chk.Valid {
+			t.Fatalf("expired holder's sequencer: %+v, %v; want invalid", chk, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !sawDelay {
-		t.Fatal("the lock of an expired session went to another session with no lock-delay")
-	}
-	if chk, err := b.checkSequencer(ctx, grant.Sequencer); err != nil || chk.Valid {
-		t.Fatalf("expired holder's sequencer: %+v, %v; want invalid", chk, err)
-	}
-	if _, err := a.getContents(ctx, resp.Handle); !errors.Is(err, api.ErrSessionExpired) {
-		t.Fatalf("call on the expired session: %v; want SessionExpired", err)
-	}
+		if _, err := a.getContents(ctx, resp.Handle); !errors.Is(err, api.ErrSessionExpired) {
+			t.Fatalf("call on the expired session: %v; want SessionExpired", err)
+		}
 
-	// A normal release: no delay.
-	h2 := b.mustOpen(ctx, "/t/plain")
-	g, err := b.acquire(ctx, h2, api.LockExclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.release(ctx, h2, g.Generation); err != nil {
-		t.Fatal(err)
-	}
-	c := newTestClient(t, lc, "t", "carol")
-	c.createSession(ctx)
-	h3 := c.mustOpen(ctx, "/t/plain")
-	if _, err := c.acquire(ctx, h3, api.LockExclusive, false); err != nil {
-		t.Fatalf("acquire right after a normal release: %v; want no lock-delay", err)
-	}
+		// A normal release: no delay.
+		h2 := b.mustOpen(ctx, "/t/plain")
+		g, err := b.acquire(ctx, h2, api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.release(ctx, h2, g.Generation); err != nil {
+			t.Fatal(err)
+		}
+		c := newTestClient(t, lc, "t", "carol")
+		c.createSession(ctx)
+		h3 := c.mustOpen(ctx, "/t/plain")
+		if _, err := c.acquire(ctx, h3, api.LockExclusive, false); err != nil {
+			t.Fatalf("acquire right after a normal release: %v; want no lock-delay", err)
+		}
+	})
 }
 
 // TestRestartCatchUp: a replica stopped while the cell moves on restarts
@@ -308,80 +293,84 @@ func TestRestartCatchUp(t *testing.T) {
 }
 
 // TestFIFOWaiters: ten sessions wait for one lock; grants follow arrival
-// order, and a waiter that cancels leaves no trace.
+// order, and a waiter that cancels leaves no trace. The cell runs
+// in-process on simulated time, so the master keeps its role however
+// loaded the machine is.
 func TestFIFOWaiters(t *testing.T) {
-	lc := startCell(t, 3, nil)
-	ctx := testCtx(t, 60*time.Second)
-	holder := newTestClient(t, lc, "t", "holder")
-	holder.createSession(ctx)
-	h := holder.mustOpen(ctx, "/t/queue")
-	g, err := holder.acquire(ctx, h, api.LockExclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 10
-	const canceled = 4
-	order := make(chan int, n)
-	var wg sync.WaitGroup
-	cancelCtx, cancelOne := context.WithCancel(ctx)
-	for i := 0; i < n; i++ {
-		w := newTestClient(t, lc, "t", "waiter")
-		w.createSession(ctx)
-		go w.keepAliveLoop(ctx, make(chan api.Event, 16))
-		hw := w.mustOpen(ctx, "/t/queue")
-		wctx := ctx
-		if i == canceled {
-			wctx = cancelCtx
+	synctest.Test(t, func(t *testing.T) {
+		lc := simCell(t, 3, nil)
+		ctx := testCtx(t, 60*time.Second)
+		holder := newTestClient(t, lc, "t", "holder")
+		holder.createSession(ctx)
+		h := holder.mustOpen(ctx, "/t/queue")
+		g, err := holder.acquire(ctx, h, api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
 		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			gw, err := w.acquire(wctx, hw, api.LockExclusive, true)
-			if err != nil {
-				if i != canceled {
-					t.Errorf("waiter %d: %v", i, err)
+		const n = 10
+		const canceled = 4
+		order := make(chan int, n)
+		var wg sync.WaitGroup
+		cancelCtx, cancelOne := context.WithCancel(ctx)
+		for i := 0; i < n; i++ {
+			w := newTestClient(t, lc, "t", "waiter")
+			w.createSession(ctx)
+			go w.keepAliveLoop(ctx, make(chan api.Event, 16))
+			hw := w.mustOpen(ctx, "/t/queue")
+			wctx := ctx
+			if i == canceled {
+				wctx = cancelCtx
+			}
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				gw, err := w.acquire(wctx, hw, api.LockExclusive, true)
+				if err != nil {
+					if i != canceled {
+						t.Errorf("waiter %d: %v", i, err)
+					}
+					return
 				}
-				return
+				order <- i
+				if err := w.release(ctx, hw, gw.Generation); err != nil {
+					t.Errorf("waiter %d release: %v", i, err)
+				}
+			}(i)
+			// Wait until this waiter is queued so arrival order is known.
+			for lc.Master().Status().LockWaiters != i+1 {
+				if ctx.Err() != nil {
+					t.Fatal("waiter never queued")
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
-			order <- i
-			if err := w.release(ctx, hw, gw.Generation); err != nil {
-				t.Errorf("waiter %d release: %v", i, err)
-			}
-		}(i)
-		// Wait until this waiter is queued so arrival order is known.
-		for lc.Master().Status().LockWaiters != i+1 {
+		}
+		cancelOne()
+		for lc.Master().Status().LockWaiters != n-1 {
 			if ctx.Err() != nil {
-				t.Fatal("waiter never queued")
+				t.Fatal("the canceled waiter stayed in the queue")
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-	}
-	cancelOne()
-	for lc.Master().Status().LockWaiters != n-1 {
-		if ctx.Err() != nil {
-			t.Fatal("the canceled waiter stayed in the queue")
+		if err := holder.release(ctx, h, g.Generation); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := holder.release(ctx, h, g.Generation); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	close(order)
-	want := 0
-	for got := range order {
-		if want == canceled {
+		wg.Wait()
+		close(order)
+		want := 0
+		for got := range order {
+			if want == canceled {
+				want++
+			}
+			if got != want {
+				t.Fatalf("grant order: got waiter %d, want %d", got, want)
+			}
 			want++
 		}
-		if got != want {
-			t.Fatalf("grant order: got waiter %d, want %d", got, want)
+		if want != n {
+			t.Fatalf("only %d waiters were granted", want)
 		}
-		want++
-	}
-	if want != n {
-		t.Fatalf("only %d waiters were granted", want)
-	}
-	if st := lc.Master().Status(); st.LockWaiters != 0 {
-		t.Fatalf("%d waiters left behind", st.LockWaiters)
-	}
+		if st := lc.Master().Status(); st.LockWaiters != 0 {
+			t.Fatalf("%d waiters left behind", st.LockWaiters)
+		}
+	})
 }

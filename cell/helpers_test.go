@@ -46,7 +46,7 @@ func startCell(t testing.TB, n int, tune func(*cell.Config)) *cell.LocalCell {
 // goroutine while it calls in another): mu guards conn, epoch and ack.
 type testClient struct {
 	t    testing.TB
-	lc   *cell.LocalCell
+	lc   testCell
 	cert tls.Certificate
 	sess uint64
 
@@ -56,7 +56,34 @@ type testClient struct {
 	ack   uint64
 }
 
-func newTestClient(t testing.TB, lc *cell.LocalCell, tenant, principal string) *testClient {
+// testCell is what testClient needs of a cell: an in-process celltest.Cell
+// on the simulated network, or a LocalCell on real QUIC sockets.
+type testCell interface {
+	Addrs() []string
+	Master() *cell.Replica
+	ClientCertificate(tenant, principal string) (tls.Certificate, error)
+	AdminCertificate() (tls.Certificate, error)
+}
+
+// dialConfig returns the transport.DialConfig that reaches addrs of tc
+// with cert: over a fresh socket of the simulated network (which Dial
+// owns) for a celltest.Cell, over UDP for a LocalCell.
+func dialConfig(tc testCell, addrs []string, cert *tls.Certificate) (transport.DialConfig, error) {
+	cfg := transport.DialConfig{Addrs: addrs, Certificate: cert, HandshakeTimeout: 2 * time.Second}
+	switch c := tc.(type) {
+	case *celltest.Cell:
+		pc, err := c.PacketConn()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.CA, cfg.PacketConn = c.CAPool(), pc
+	case *cell.LocalCell:
+		cfg.CA = c.CA.Pool()
+	}
+	return cfg, nil
+}
+
+func newTestClient(t testing.TB, lc testCell, tenant, principal string) *testClient {
 	t.Helper()
 	var cert tls.Certificate
 	var err error
@@ -87,7 +114,12 @@ func (c *testClient) dial(ctx context.Context) error {
 	if m := c.lc.Master(); m != nil {
 		start = int(m.ID() - 1)
 	}
-	conn, err := transport.Dial(ctx, transport.DialConfig{Addrs: addrs, Start: start, CA: c.lc.CA.Pool(), Certificate: &c.cert, HandshakeTimeout: 2 * time.Second})
+	cfg, err := dialConfig(c.lc, addrs, &c.cert)
+	if err != nil {
+		return err
+	}
+	cfg.Start = start
+	conn, err := transport.Dial(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -108,7 +140,11 @@ func (c *testClient) setConn(conn *transport.ClientConn) {
 
 // dialOnly connects to one replica.
 func (c *testClient) dialOnly(ctx context.Context, addr string) error {
-	conn, err := transport.Dial(ctx, transport.DialConfig{Addrs: []string{addr}, CA: c.lc.CA.Pool(), Certificate: &c.cert, HandshakeTimeout: 2 * time.Second})
+	cfg, err := dialConfig(c.lc, []string{addr}, &c.cert)
+	if err != nil {
+		return err
+	}
+	conn, err := transport.Dial(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -311,4 +347,13 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// simCell starts an in-process cell of n replicas with the tenant "t" on
+// the simulated network (celltest), tuned by tune if not nil. Call it
+// inside synctest.Test: leases and timeouts then run on the bubble's clock,
+// so nothing a test checks depends on the machine's speed.
+func simCell(t testing.TB, n int, tune func(*cell.Config)) *celltest.Cell {
+	t.Helper()
+	return celltest.Start(t, celltest.Options{Replicas: n, Tune: tune})
 }

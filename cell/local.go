@@ -21,6 +21,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/clientfile"
 )
 
 // AdminTenant is the tenant name that client certificates of cell
@@ -70,26 +71,6 @@ type LocalCell struct {
 
 	mu       sync.Mutex
 	replicas map[uint64]*Replica
-}
-
-// ClientFile is the JSON file (Dir/client.json) that tells a client how to
-// reach a local cell: lockctl reads it by default.
-type ClientFile struct {
-	Cell  string   `json:"cell"`
-	Addrs []string `json:"addrs"`
-	// CA, Cert and Key are PEM file paths (relative to the file's directory
-	// when not absolute).
-	CA   string `json:"ca"`
-	Cert string `json:"cert"`
-	Key  string `json:"key"`
-	// AdminCert and AdminKey are the cell administrator's certificate.
-	AdminCert string `json:"admin_cert"`
-	AdminKey  string `json:"admin_key"`
-	// PublicKey is the cell's sequencer-signing public key (PEM file).
-	PublicKey string `json:"public_key"`
-	// TokenFile, if set and Cert is not, holds the user's tenant token
-	// (used instead of a certificate).
-	TokenFile string `json:"token_file,omitempty"`
 }
 
 // StartLocal starts (or restarts) a local cell and waits until it has a
@@ -401,18 +382,14 @@ func (lc *LocalCell) Close() {
 func (lc *LocalCell) ClientFilePath() string { return filepath.Join(lc.cfg.Dir, "client.json") }
 
 func (lc *LocalCell) writeClientFile() error {
-	cf := ClientFile{
-		Cell: lc.cfg.Cell, Addrs: lc.Addrs(), CA: "certs/ca.pem",
-		AdminCert: "certs/admin.pem", AdminKey: "certs/admin-key.pem", PublicKey: "certs/signing-pub.pem",
+	cf := clientfile.File{
+		Cell: lc.cfg.Cell, Addrs: lc.Addrs(), CA: "certs/ca.pem", PublicKey: "certs/signing-pub.pem",
+		Admin: clientfile.Credential{Cert: "certs/admin.pem", Key: "certs/admin-key.pem"},
 	}
 	if lc.cfg.DevTenant != "" {
-		cf.Cert, cf.Key = "certs/"+lc.cfg.DevTenant+".pem", "certs/"+lc.cfg.DevTenant+"-key.pem"
+		cf.User = clientfile.Credential{Cert: "certs/" + lc.cfg.DevTenant + ".pem", Key: "certs/" + lc.cfg.DevTenant + "-key.pem"}
 	}
-	b, err := json.MarshalIndent(cf, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFile(lc.ClientFilePath(), append(b, '\n'))
+	return writeFile(lc.ClientFilePath(), cf.Marshal())
 }
 
 // ensureDevTenant creates the dev tenant (once) and its certificate.

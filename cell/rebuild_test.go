@@ -8,10 +8,12 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/cell/celltest"
 )
 
 // TestReplicaRebuildsLostState: a follower's data directory is wiped, and
@@ -19,58 +21,60 @@ import (
 // says what it lost, rebuilds from the others (by snapshot and log) while
 // clients write, votes again, and ends with the same state as the master.
 func TestReplicaRebuildsLostState(t *testing.T) {
-	lc := startCell(t, 3, func(c *cell.Config) { c.SnapshotEvery = 8 })
-	ctx := testCtx(t, 120*time.Second)
-	c := newTestClient(t, lc, "t", "alice")
-	c.createSession(ctx)
-	n := 0
-	create := func(k int) {
-		for i := 0; i < k; i++ {
-			c.mustOpen(ctx, fmt.Sprintf("/t/f%d", n))
-			n++
+	synctest.Test(t, func(t *testing.T) {
+		lc := simCell(t, 3, func(c *cell.Config) { c.SnapshotEvery = 8 })
+		ctx := testCtx(t, 120*time.Second)
+		c := newTestClient(t, lc, "t", "alice")
+		c.createSession(ctx)
+		n := 0
+		create := func(k int) {
+			for i := 0; i < k; i++ {
+				c.mustOpen(ctx, fmt.Sprintf("/t/f%d", n))
+				n++
+			}
 		}
-	}
-	create(20)
-	follower := followerOf(t, lc)
-	dataDir := dataDirOf(t, lc, follower)
+		create(20)
+		follower := followerOf(t, lc)
+		dataDir := dataDirOf(t, lc, follower)
 
-	lc.Stop(follower)
-	if err := os.RemoveAll(dataDir); err != nil {
-		t.Fatal(err)
-	}
-	restart(t, ctx, lc, follower)
-	expectRebuild(t, lc, follower, "wiped")
-	create(20)
-	waitRebuilt(t, ctx, lc, follower)
-	waitConverged(t, ctx, lc)
-
-	// Damage a table of its store: it must not fail every start, but move
-	// the store aside and rebuild.
-	lc.Stop(follower)
-	restart(t, ctx, lc, follower) // the restart flushes the WAL into tables
-	waitConverged(t, ctx, lc)
-	lc.Stop(follower)
-	tables := largestFirst(t, dataDir, ".sst")
-	if len(tables) == 0 {
-		t.Fatalf("no table in %s", dataDir)
-	}
-	damage(t, tables[0])
-	restart(t, ctx, lc, follower)
-	rs := expectRebuild(t, lc, follower, "corrupt")
-	if rs.MovedAside == "" {
-		t.Fatalf("damaged store not moved aside: %+v", rs)
-	}
-	create(20)
-	waitRebuilt(t, ctx, lc, follower)
-	waitConverged(t, ctx, lc)
-	for i := 0; i < n; i++ {
-		if _, err := c.open(ctx, api.OpenRequest{Path: fmt.Sprintf("/t/f%d", i)}); err != nil {
-			t.Fatalf("acknowledged create /t/f%d lost: %v", i, err)
+		lc.Crash(follower)
+		if err := os.RemoveAll(dataDir); err != nil {
+			t.Fatal(err)
 		}
-	}
+		lc.Restart(follower)
+		expectRebuild(t, lc, follower, "wiped")
+		create(20)
+		waitRebuilt(t, ctx, lc, follower)
+		waitConverged(t, ctx, lc)
+
+		// Damage a table of its store: it must not fail every start, but move
+		// the store aside and rebuild.
+		lc.Crash(follower)
+		lc.Restart(follower) // the restart flushes the WAL into tables
+		waitConverged(t, ctx, lc)
+		lc.Crash(follower)
+		tables := largestFirst(t, dataDir, ".sst")
+		if len(tables) == 0 {
+			t.Fatalf("no table in %s", dataDir)
+		}
+		damage(t, tables[0])
+		lc.Restart(follower)
+		rs := expectRebuild(t, lc, follower, "corrupt")
+		if rs.MovedAside == "" {
+			t.Fatalf("damaged store not moved aside: %+v", rs)
+		}
+		create(20)
+		waitRebuilt(t, ctx, lc, follower)
+		waitConverged(t, ctx, lc)
+		for i := 0; i < n; i++ {
+			if _, err := c.open(ctx, api.OpenRequest{Path: fmt.Sprintf("/t/f%d", i)}); err != nil {
+				t.Fatalf("acknowledged create /t/f%d lost: %v", i, err)
+			}
+		}
+	})
 }
 
-func followerOf(t *testing.T, lc *cell.LocalCell) uint64 {
+func followerOf(t *testing.T, lc *celltest.Cell) uint64 {
 	t.Helper()
 	m := lc.Master()
 	for _, r := range lc.Running() {
@@ -82,7 +86,7 @@ func followerOf(t *testing.T, lc *cell.LocalCell) uint64 {
 	return 0
 }
 
-func dataDirOf(t *testing.T, lc *cell.LocalCell, id uint64) string {
+func dataDirOf(t *testing.T, lc *celltest.Cell, id uint64) string {
 	t.Helper()
 	cfg, err := lc.Config(id)
 	if err != nil {
@@ -91,16 +95,9 @@ func dataDirOf(t *testing.T, lc *cell.LocalCell, id uint64) string {
 	return cfg.DataDir
 }
 
-func restart(t *testing.T, ctx context.Context, lc *cell.LocalCell, id uint64) {
-	t.Helper()
-	if err := lc.Start(ctx, id); err != nil {
-		t.Fatalf("restart %d: %v", id, err)
-	}
-}
-
 // expectRebuild checks that replica id started as a learner that lost
 // state of the given kind.
-func expectRebuild(t *testing.T, lc *cell.LocalCell, id uint64, kind string) cell.RebuildStatus {
+func expectRebuild(t *testing.T, lc *celltest.Cell, id uint64, kind string) cell.RebuildStatus {
 	t.Helper()
 	st := lc.Replica(id).Status()
 	if st.Rebuild == nil || st.Rebuild.Kind != kind {
@@ -112,7 +109,7 @@ func expectRebuild(t *testing.T, lc *cell.LocalCell, id uint64, kind string) cel
 
 // waitRebuilt waits until replica id votes again; while it rebuilds it
 // must say so.
-func waitRebuilt(t *testing.T, ctx context.Context, lc *cell.LocalCell, id uint64) {
+func waitRebuilt(t *testing.T, ctx context.Context, lc *celltest.Cell, id uint64) {
 	t.Helper()
 	for {
 		st := lc.Replica(id).Status()

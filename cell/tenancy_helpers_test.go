@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
-	"github.com/lockcell/lockcell/cell"
 )
 
 // actor is one principal in the tenancy tests: a connection with a
@@ -34,13 +33,13 @@ func (a *actor) hasOwnSession() bool { return a.sess != 0 && !a.borrowed }
 
 // certActor connects with a certificate of tenant/principal
 // (cell.AdminTenant for the administrator).
-func certActor(t testing.TB, lc *cell.LocalCell, name, tenant, principal string) *actor {
+func certActor(t testing.TB, lc testCell, name, tenant, principal string) *actor {
 	return &actor{name: name, tc: newTestClient(t, lc, tenant, principal), tenant: tenant, principal: principal}
 }
 
 // tokenActor connects without a certificate and presents token ("" for an
 // unauthenticated caller).
-func tokenActor(t testing.TB, lc *cell.LocalCell, name, token string) *actor {
+func tokenActor(t testing.TB, lc testCell, name, token string) *actor {
 	tc := newTestClient(t, lc, "t", "nobody")
 	tc.cert.Certificate = nil
 	tc.cert.PrivateKey = nil

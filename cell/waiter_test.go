@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -76,45 +77,47 @@ func cancelWhileInPaxos(t *testing.T, ctx context.Context, c *testClient, h api.
 // interleaving is forced: the outcome is held back until the master has
 // seen the cancellation.
 func TestCancelledWaiterLockedOutcome(t *testing.T) {
-	tune, held := holdHeadOutcome("/t/q", func(err error) bool { return errors.Is(err, api.ErrLocked) })
-	lc := startCell(t, 3, tune)
-	ctx := testCtx(t, 60*time.Second)
-	var wg sync.WaitGroup
-	kaCtx, stopKA := context.WithCancel(ctx)
-	defer func() { stopKA(); wg.Wait() }()
-	clients := map[string]*testClient{}
-	for _, name := range []string{"alice", "bob", "carol"} {
-		c := newTestClient(t, lc, "t", name)
-		c.createSession(ctx)
-		wg.Add(1)
-		go func() { defer wg.Done(); c.keepAliveLoop(kaCtx, make(chan api.Event, 16)) }()
-		clients[name] = c
-	}
-	ha := clients["alice"].mustOpen(ctx, "/t/q")
-	ga, err := clients["alice"].acquire(ctx, ha, api.LockExclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hb := clients["bob"].mustOpen(ctx, "/t/q")
-	out := cancelWhileInPaxos(t, ctx, clients["bob"], hb, held)
-	if !errors.Is(out.err, api.ErrLocked) {
-		t.Fatalf("held outcome %v; want Locked", out.err)
-	}
-	m := lc.Master()
-	if n := m.Status().LockWaiters; n != 1 {
-		t.Fatalf("%d waiters while the cancelled waiter's Acquire is in Paxos; want 1 (the interleaving was not forced)", n)
-	}
-	out.deliver()
-	if n := m.Status().LockWaiters; n != 0 {
-		t.Fatalf("%d waiters after the cancelled waiter's Locked outcome; want 0", n)
-	}
-	if err := clients["alice"].release(ctx, ha, ga.Generation); err != nil {
-		t.Fatal(err)
-	}
-	hc := clients["carol"].mustOpen(ctx, "/t/q")
-	if _, err := clients["carol"].acquire(ctx, hc, api.LockExclusive, false); err != nil {
-		t.Fatalf("TryAcquire after the holder released and the waiter cancelled: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		tune, held := holdHeadOutcome("/t/q", func(err error) bool { return errors.Is(err, api.ErrLocked) })
+		lc := simCell(t, 3, tune)
+		ctx := testCtx(t, 60*time.Second)
+		var wg sync.WaitGroup
+		kaCtx, stopKA := context.WithCancel(ctx)
+		defer func() { stopKA(); wg.Wait() }()
+		clients := map[string]*testClient{}
+		for _, name := range []string{"alice", "bob", "carol"} {
+			c := newTestClient(t, lc, "t", name)
+			c.createSession(ctx)
+			wg.Add(1)
+			go func() { defer wg.Done(); c.keepAliveLoop(kaCtx, make(chan api.Event, 16)) }()
+			clients[name] = c
+		}
+		ha := clients["alice"].mustOpen(ctx, "/t/q")
+		ga, err := clients["alice"].acquire(ctx, ha, api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb := clients["bob"].mustOpen(ctx, "/t/q")
+		out := cancelWhileInPaxos(t, ctx, clients["bob"], hb, held)
+		if !errors.Is(out.err, api.ErrLocked) {
+			t.Fatalf("held outcome %v; want Locked", out.err)
+		}
+		m := lc.Master()
+		if n := m.Status().LockWaiters; n != 1 {
+			t.Fatalf("%d waiters while the cancelled waiter's Acquire is in Paxos; want 1 (the interleaving was not forced)", n)
+		}
+		out.deliver()
+		if n := m.Status().LockWaiters; n != 0 {
+			t.Fatalf("%d waiters after the cancelled waiter's Locked outcome; want 0", n)
+		}
+		if err := clients["alice"].release(ctx, ha, ga.Generation); err != nil {
+			t.Fatal(err)
+		}
+		hc := clients["carol"].mustOpen(ctx, "/t/q")
+		if _, err := clients["carol"].acquire(ctx, hc, api.LockExclusive, false); err != nil {
+			t.Fatalf("TryAcquire after the holder released and the waiter cancelled: %v", err)
+		}
+	})
 }
 
 // TestCancelledWaiterGrantReleased: a blocked Acquire cancelled while its
@@ -122,34 +125,36 @@ func TestCancelledWaiterLockedOutcome(t *testing.T) {
 // the master gives the grant back: another session's blocked Acquire gets
 // the lock. The interleaving is forced as above.
 func TestCancelledWaiterGrantReleased(t *testing.T) {
-	tune, held := holdHeadOutcome("/t/q", func(err error) bool { return err == nil })
-	lc := startCell(t, 3, tune)
-	ctx := testCtx(t, 60*time.Second)
-	var wg sync.WaitGroup
-	kaCtx, stopKA := context.WithCancel(ctx)
-	defer func() { stopKA(); wg.Wait() }()
-	bob := newTestClient(t, lc, "t", "bob")
-	bob.createSession(ctx)
-	carol := newTestClient(t, lc, "t", "carol")
-	carol.createSession(ctx)
-	for _, c := range []*testClient{bob, carol} {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.keepAliveLoop(kaCtx, make(chan api.Event, 16)) }()
-	}
-	// The lock is free: bob's first Acquire is granted, and held back.
-	hb := bob.mustOpen(ctx, "/t/q")
-	out := cancelWhileInPaxos(t, ctx, bob, hb, held)
-	if out.err != nil {
-		t.Fatalf("held outcome %v; want a grant", out.err)
-	}
-	m := lc.Master()
-	out.deliver()
-	if n := m.Status().LockWaiters; n != 0 {
-		t.Fatalf("%d waiters after the cancelled waiter's grant; want 0", n)
-	}
-	// The master gives the grant back; carol's blocked Acquire gets it.
-	hc := carol.mustOpen(ctx, "/t/q")
-	if _, err := carol.acquire(ctx, hc, api.LockExclusive, true); err != nil {
-		t.Fatalf("blocked Acquire after the cancelled waiter's grant: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		tune, held := holdHeadOutcome("/t/q", func(err error) bool { return err == nil })
+		lc := simCell(t, 3, tune)
+		ctx := testCtx(t, 60*time.Second)
+		var wg sync.WaitGroup
+		kaCtx, stopKA := context.WithCancel(ctx)
+		defer func() { stopKA(); wg.Wait() }()
+		bob := newTestClient(t, lc, "t", "bob")
+		bob.createSession(ctx)
+		carol := newTestClient(t, lc, "t", "carol")
+		carol.createSession(ctx)
+		for _, c := range []*testClient{bob, carol} {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.keepAliveLoop(kaCtx, make(chan api.Event, 16)) }()
+		}
+		// The lock is free: bob's first Acquire is granted, and held back.
+		hb := bob.mustOpen(ctx, "/t/q")
+		out := cancelWhileInPaxos(t, ctx, bob, hb, held)
+		if out.err != nil {
+			t.Fatalf("held outcome %v; want a grant", out.err)
+		}
+		m := lc.Master()
+		out.deliver()
+		if n := m.Status().LockWaiters; n != 0 {
+			t.Fatalf("%d waiters after the cancelled waiter's grant; want 0", n)
+		}
+		// The master gives the grant back; carol's blocked Acquire gets it.
+		hc := carol.mustOpen(ctx, "/t/q")
+		if _, err := carol.acquire(ctx, hc, api.LockExclusive, true); err != nil {
+			t.Fatalf("blocked Acquire after the cancelled waiter's grant: %v", err)
+		}
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/clientfile"
 	"github.com/lockcell/lockcell/internal/monotime"
 )
 
@@ -175,47 +175,34 @@ func (c Config) populate() (Config, error) {
 	return c, nil
 }
 
-// ConfigFile is the JSON file that tells a client how to reach a cell: the
-// format the dev cell writes to data/dev/client.json (cell.ClientFile; a
-// test keeps the two in step). Paths are relative to the file's directory
-// unless absolute.
+// ConfigFile is a client settings file: the JSON file that tells a client
+// how to reach a cell and with which credentials (client.json, which the
+// dev cell writes to data/dev/client.json; lockcelld init's admin.json and
+// tenant files). Its schema is the one the cell's tools write
+// (internal/clientfile, documented there): the cell's addresses, CA and
+// signing key, and the user's and the administrator's credentials under
+// "user" and "admin". Files of the older flat layout (no "version") load
+// too. Paths are relative to the file's directory unless absolute.
 type ConfigFile struct {
-	Cell  string   `json:"cell"`
-	Addrs []string `json:"addrs"`
-	// CA, Cert and Key are PEM files: the cell CA and the user's client
-	// certificate and key.
-	CA   string `json:"ca"`
-	Cert string `json:"cert"`
-	Key  string `json:"key"`
-	// AdminCert and AdminKey are the cell administrator's certificate.
-	AdminCert string `json:"admin_cert"`
-	AdminKey  string `json:"admin_key"`
-	// PublicKey is the cell's sequencer-signing public key (PEM).
-	PublicKey string `json:"public_key"`
-	// TokenFile, if set (and no Cert), is a file holding the user's
-	// tenant token (lockctl tenant token writes one); the token is used
-	// instead of a certificate.
-	TokenFile string `json:"token_file,omitempty"`
+	clientfile.File
 
 	dir string
 }
 
-// ReadConfigFile reads a ConfigFile. Relative paths in it are resolved
-// against the file's directory.
+// ReadConfigFile reads a ConfigFile, of the current layout or the older
+// flat one. Relative paths in it are resolved against the file's
+// directory. A file that is not a settings file gives an error wrapping
+// ErrInvalidConfig that names it.
 func ReadConfigFile(path string) (*ConfigFile, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("client: reading config file: %w", err)
 	}
-	var f ConfigFile
-	if err := json.Unmarshal(b, &f); err != nil {
+	f, err := clientfile.Parse(b)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, path, err)
 	}
-	if len(f.Addrs) == 0 || f.CA == "" {
-		return nil, fmt.Errorf("%w: %s: needs \"addrs\" and \"ca\"", ErrInvalidConfig, path)
-	}
-	f.dir = filepath.Dir(path)
-	return &f, nil
+	return &ConfigFile{File: f, dir: filepath.Dir(path)}, nil
 }
 
 func (f *ConfigFile) path(p string) string {
@@ -237,10 +224,10 @@ func (f *ConfigFile) Config(admin bool) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: CA %s: %w", ErrInvalidConfig, f.path(f.CA), err)
 	}
-	certFile, keyFile := f.Cert, f.Key
+	certFile, keyFile := f.User.Cert, f.User.Key
 	cfg := Config{Addrs: append([]string(nil), f.Addrs...), CA: pool}
-	if !admin && certFile == "" && f.TokenFile != "" {
-		b, err := os.ReadFile(f.path(f.TokenFile))
+	if !admin && certFile == "" && f.User.TokenFile != "" {
+		b, err := os.ReadFile(f.path(f.User.TokenFile))
 		if err != nil {
 			return Config{}, fmt.Errorf("client: reading token file: %w", err)
 		}
@@ -248,7 +235,7 @@ func (f *ConfigFile) Config(admin bool) (Config, error) {
 		return cfg, nil
 	}
 	if admin || certFile == "" {
-		certFile, keyFile = f.AdminCert, f.AdminKey
+		certFile, keyFile = f.Admin.Cert, f.Admin.Key
 	}
 	if certFile != "" {
 		c, err := tls.LoadX509KeyPair(f.path(certFile), f.path(keyFile))

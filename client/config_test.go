@@ -6,72 +6,80 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
-// TestConfigFileMatchesCell: the file cell.StartLocal writes loads with
-// client.LoadConfigFile and reaches the cell, and the two JSON shapes have
-// the same fields, so they cannot drift apart.
+// TestConfigFileMatchesCell: the file cell.StartLocal writes is in the one
+// settings-file layout (version 2) and loads with client.LoadConfigFile;
+// so does the same file in the older flat layout (no "version"), and both
+// reach the cell with the user's and the administrator's certificates.
 func TestConfigFileMatchesCell(t *testing.T) {
 	tc := startCell(t, 3, nil)
 	ctx := testCtx(t, 30*time.Second)
-	cfg, err := client.LoadConfigFile(tc.ClientFilePath())
+	b, err := os.ReadFile(tc.ClientFilePath())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger = quietLogger()
-	c, err := client.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Tenant() != "t" {
-		t.Fatalf("session tenant %q, want t (the file's user certificate)", s.Tenant())
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil || raw["version"] != float64(2) || raw["user"] == nil || raw["cert"] != nil {
+		t.Fatalf("the cell wrote %s (%v); want version 2 with a \"user\" section and no flat \"cert\"", b, err)
 	}
 	f, err := client.ReadConfigFile(tc.ClientFilePath())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := f.SigningKey()
-	if err != nil || !pub.Equal(tc.PublicKey()) {
-		t.Fatalf("public key from the file: %v", err)
-	}
-	admin, err := f.Config(true)
-	if err != nil {
+	// The same settings in the flat layout of files written before the one
+	// schema, beside it (its paths are relative to the same directory).
+	old, _ := json.Marshal(map[string]any{"cell": f.Cell, "addrs": f.Addrs, "ca": f.CA, "public_key": f.PublicKey,
+		"cert": f.User.Cert, "key": f.User.Key, "admin_cert": f.Admin.Cert, "admin_key": f.Admin.Key})
+	oldPath := filepath.Join(filepath.Dir(tc.ClientFilePath()), "client-v1.json")
+	if err := os.WriteFile(oldPath, old, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	admin.Logger = quietLogger()
-	ac, err := client.Dial(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ac.Close()
-	if _, err := ac.ListTenants(ctx); err != nil {
-		t.Fatalf("the file's administrator certificate: %v", err)
-	}
-	// Same JSON field names in both types.
-	tags := func(v any) []string {
-		var out []string
-		ty := reflect.TypeOf(v)
-		for i := 0; i < ty.NumField(); i++ {
-			if tag := ty.Field(i).Tag.Get("json"); tag != "" {
-				out = append(out, tag)
-			}
+	for _, path := range []string{tc.ClientFilePath(), oldPath} {
+		cfg, err := client.LoadConfigFile(path)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
-	}
-	if a, b := tags(cell.ClientFile{}), tags(client.ConfigFile{}); !reflect.DeepEqual(a, b) {
-		t.Fatalf("cell.ClientFile fields %v, client.ConfigFile fields %v", a, b)
+		cfg.Logger = quietLogger()
+		c, err := client.Dial(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Tenant() != "t" {
+			t.Fatalf("%s: session tenant %q, want t (the file's user certificate)", path, s.Tenant())
+		}
+		f, err := client.ReadConfigFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := f.SigningKey()
+		if err != nil || !pub.Equal(tc.PublicKey()) {
+			t.Fatalf("%s: public key from the file: %v", path, err)
+		}
+		admin, err := f.Config(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin.Logger = quietLogger()
+		ac, err := client.Dial(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ac.Close()
+		if _, err := operator.New(ac).ListTenants(ctx); err != nil {
+			t.Fatalf("%s: the file's administrator certificate: %v", path, err)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/certs"
 )
 
@@ -34,11 +35,11 @@ func TestDialErrorClasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	adm := tc.dial(t, ctx, tc.configWith(admCert))
-	tok, info, err := adm.IssueToken(ctx, "t", "robot")
+	tok, info, err := operator.New(adm).IssueToken(ctx, "t", "robot")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := adm.RevokeToken(ctx, "t", info.ID); err != nil {
+	if _, err := operator.New(adm).RevokeToken(ctx, "t", info.ID); err != nil {
 		t.Fatal(err)
 	}
 

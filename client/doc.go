@@ -53,11 +53,11 @@
 //
 // A client proves its principal with a client certificate
 // (Config.Certificate) or with a tenant token issued by the cell
-// administrator (Config.Token, Client.IssueToken), never both. A token is
-// sent with every request; once it is revoked every call fails with
-// api.ErrUnauthenticated and its sessions end (Session.Done). A call the
-// master refuses for a tenant limit (operations per second, a full
-// fair-share queue) fails with api.ErrResourceExhausted whose
+// administrator (Config.Token; see operator.Operator.IssueToken), never
+// both. A token is sent with every request; once it is revoked every call
+// fails with api.ErrUnauthenticated and its sessions end (Session.Done).
+// A call the master refuses for a tenant limit (operations per second, a
+// full fair-share queue) fails with api.ErrResourceExhausted whose
 // api.Error.RetryAfter says when to retry; the library returns it rather
 // than retrying on its own, except for KeepAlives, which wait that long.
 //
@@ -71,6 +71,13 @@
 // acknowledges at once; the whole cache is dropped on fail-over and
 // overflow, and emptied and turned off in jeopardy. A read after one's own
 // write sees it (the write drops the entry).
+//
+// # Operators
+//
+// The operators' and administrator's calls (cell status, tenants, tokens,
+// lists of sessions and locks, hand-over, backups) live in package
+// client/operator, which builds on a Client's connection through Call,
+// CallStream and AskReplica.
 //
 // # Concurrency
 //

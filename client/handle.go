@@ -29,6 +29,14 @@ type OpenOptions struct {
 	Events api.EventMask
 }
 
+// OpenInfo is what OpenStat learns besides the handle.
+type OpenInfo struct {
+	// Stat is the node's metadata as of the open.
+	Stat api.NodeStat
+	// Created reports whether this open created the node.
+	Created bool
+}
+
 // Handle is an open node (Chubby §2.6). Handles are self-describing: after a
 // fail-over the new master re-establishes them on first use, so a Handle
 // stays usable for the session's life unless its node is deleted (calls
@@ -99,7 +107,7 @@ func (s *Session) Open(ctx context.Context, path string, opts OpenOptions) (*Han
 
 // OpenStat is Open that also returns the node's metadata and whether this
 // call created it.
-func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (handle *Handle, _ api.OpenResponse, err error) {
+func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (handle *Handle, _ OpenInfo, err error) {
 	events := opts.Events
 	caching := s.cfg.Cache && !opts.Dir
 	if caching {
@@ -127,10 +135,10 @@ func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (
 			Cache: caching}
 	}, &resp)
 	if err != nil {
-		return nil, resp, fmt.Errorf("open %s: %w", path, err)
+		return nil, OpenInfo{}, fmt.Errorf("open %s: %w", path, err)
 	}
 	handle = &Handle{s: s, h: resp.Handle, cache: caching, events: events}
-	return handle, resp, nil
+	return handle, OpenInfo{Stat: resp.Stat, Created: resp.Created}, nil
 }
 
 // Path returns the node's path.

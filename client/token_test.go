@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // TestTokenClient: a client without a certificate authenticates with a
@@ -22,7 +23,7 @@ func TestTokenClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := tc.dial(t, ctx, tc.configWith(adminCert))
-	tok, info, err := admin.IssueToken(ctx, "t", "robot")
+	tok, info, err := operator.New(admin).IssueToken(ctx, "t", "robot")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +50,13 @@ func TestTokenClient(t *testing.T) {
 	if _, err := h.Acquire(ctx, api.LockExclusive); err != nil {
 		t.Fatal(err)
 	}
-	toks, err := admin.ListTokens(ctx, "t")
+	toks, err := operator.New(admin).ListTokens(ctx, "t")
 	if err != nil || len(toks) != 1 || toks[0].ID != info.ID {
 		t.Fatalf("ListTokens: %v %+v", err, toks)
 	}
 
 	// Revocation: the session's calls fail at once and it ends.
-	if _, err := admin.RevokeToken(ctx, "t", info.ID); err != nil {
+	if _, err := operator.New(admin).RevokeToken(ctx, "t", info.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := h.GetContents(ctx); !errors.Is(err, api.ErrUnauthenticated) && !errors.Is(err, client.ErrSessionExpired) {
@@ -84,7 +85,7 @@ func TestTokenClient(t *testing.T) {
 	if _, err := client.Dial(ctx, both); !errors.Is(err, client.ErrInvalidConfig) {
 		t.Fatalf("dial with a certificate and a token: %v; want ErrInvalidConfig", err)
 	}
-	if _, _, err := admin.IssueToken(ctx, "nosuch", "p"); !errors.Is(err, api.ErrNotFound) {
+	if _, _, err := operator.New(admin).IssueToken(ctx, "nosuch", "p"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("token for a missing tenant: %v; want NotFound", err)
 	}
 }

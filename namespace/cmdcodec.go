@@ -259,104 +259,96 @@ var opCodecs = [numKinds]opCodec{
 	}},
 }
 
-// isZero reports whether the field at p holds its zero value, as omitempty
-// sees it.
-func isZero(p any) bool {
-	switch v := p.(type) {
-	case *uint64:
-		return *v == 0
-	case *int64:
-		return *v == 0
-	case *string:
-		return *v == ""
-	case *[]byte:
-		return len(*v) == 0
-	case *bool:
-		return !*v
-	case *api.LockMode:
-		return *v == 0
-	case **api.ACLNames:
-		return *v == nil
-	}
-	// Structs (an ACL, a quota) are never left out.
-	return false
-}
-
-// present reports whether f's value in v is written.
-func present(f *field, v any) bool { return !f.omit || !isZero(f.at(v)) }
-
-// appendStruct writes v as the map fields describe. The nested structs (an
-// ACL, a quota) are written by appendNested, which does not recurse: a
-// recursive encoder would make the compiler move every caller's buffer to
-// the heap.
+// appendStruct writes v as the map fields describe, with one type switch
+// per field: the field's kind decides both whether omitempty leaves it out
+// and how it is written. Nested structs (an ACL, a quota) are written by
+// functions that do not recurse: a recursive encoder would make the
+// compiler move every caller's buffer to the heap. Every struct has fewer
+// than 16 fields (TestCommandTablesMatchStructTags), so the map header is
+// one fixmap byte, written first and patched with the count of fields
+// written.
 func appendStruct(b []byte, fields []field, v any) []byte {
+	hdr := len(b)
+	b = append(b, mpFixMap)
 	n := 0
 	for i := range fields {
-		if present(&fields[i], v) {
-			n++
-		}
-	}
-	b = mpMap(b, n)
-	for i := range fields {
 		f := &fields[i]
-		p := f.at(v)
-		if f.omit && isZero(p) {
-			continue
-		}
+		start := len(b)
 		b = mpKey(b, f.key)
-		switch x := p.(type) {
+		switch x := f.at(v).(type) {
+		case *uint64:
+			if f.omit && *x == 0 {
+				b = b[:start]
+				continue
+			}
+			b = mpUint(b, *x)
+		case *int64:
+			if f.omit && *x == 0 {
+				b = b[:start]
+				continue
+			}
+			b = mpInt(b, *x)
+		case *string:
+			if f.omit && *x == "" {
+				b = b[:start]
+				continue
+			}
+			b = mpStr(b, *x)
+		case *[]byte:
+			if f.omit && len(*x) == 0 {
+				b = b[:start]
+				continue
+			}
+			b = mpBin(b, *x)
+		case *bool:
+			if f.omit && !*x {
+				b = b[:start]
+				continue
+			}
+			b = mpBool(b, *x)
+		case *api.LockMode:
+			if f.omit && *x == 0 {
+				b = b[:start]
+				continue
+			}
+			b = mpUint(b, uint64(*x))
 		case *api.ACLNames:
-			b = appendNested(b, aclFields, x)
+			b = appendACL(b, x)
 		case **api.ACLNames:
-			b = appendNested(b, aclFields, *x)
+			if *x == nil {
+				b = b[:start]
+				continue
+			}
+			b = appendACL(b, *x)
 		case *api.TenantQuota:
 			b = mpQuota(b, *x)
 		default:
-			b = appendValue(b, p)
+			panic(fmt.Sprintf("namespace: BUG: command field of kind %T", x))
 		}
+		n++
 	}
+	b[hdr] = mpFixMap | byte(n)
 	return b
 }
 
-// appendNested writes v, a struct whose fields are all scalars, as the map
-// fields describe.
-func appendNested(b []byte, fields []field, v any) []byte {
+// appendACL writes a as aclFields describe (all strings).
+func appendACL(b []byte, a *api.ACLNames) []byte {
+	hdr := len(b)
+	b = append(b, mpFixMap)
 	n := 0
-	for i := range fields {
-		if present(&fields[i], v) {
+	for i := range aclFields {
+		f := &aclFields[i]
+		if s := f.at(a).(*string); *s != "" || !f.omit {
 			n++
+			b = mpStr(mpKey(b, f.key), *s)
 		}
 	}
-	b = mpMap(b, n)
-	for i := range fields {
-		f := &fields[i]
-		if p := f.at(v); !f.omit || !isZero(p) {
-			b = appendValue(mpKey(b, f.key), p)
-		}
-	}
+	b[hdr] = mpFixMap | byte(n)
 	return b
 }
 
-// appendValue writes the scalar field at p by its kind.
-func appendValue(b []byte, p any) []byte {
-	switch v := p.(type) {
-	case *uint64:
-		return mpUint(b, *v)
-	case *int64:
-		return mpInt(b, *v)
-	case *string:
-		return mpStr(b, *v)
-	case *[]byte:
-		return mpBin(b, *v)
-	case *bool:
-		return mpBool(b, *v)
-	case *api.LockMode:
-		return mpUint(b, uint64(*v))
-	}
-	panic(fmt.Sprintf("namespace: BUG: command field of kind %T", p))
-}
-
-// structSizeHint estimates the encoded size of v's fields.
+// structSizeHint estimates the encoded size of v's fields: a fixed part
+// per field, and the length of each string or byte field.
 func structSizeHint(fields []field, v any) int {
 	n := 1
 	for i := range fields {
@@ -367,12 +359,11 @@ func structSizeHint(fields []field, v any) int {
 			n += 5 + len(*p)
 		case *[]byte:
 			n += 5 + len(*p)
-		case *api.ACLNames:
-			n += structSizeHint(aclFields, p)
-		case **api.ACLNames:
-			if *p != nil {
-				n += structSizeHint(aclFields, *p)
-			}
+		case *bool:
+			n++
+		case *api.ACLNames, **api.ACLNames:
+			// Three names, usually short.
+			n += 32
 		case *api.TenantQuota:
 			n += 64
 		default:
@@ -589,11 +580,9 @@ func (f *fields) at(key string) bool {
 	if f.left == 0 {
 		return false
 	}
-	p := f.r.Peek()
-	if len(p) < 1+len(key) || p[0] != mpFixStr|byte(len(key)) || string(p[1:1+len(key)]) != key {
+	if !f.r.SkipIf(mpFixStr|byte(len(key)), key) {
 		return false
 	}
-	f.r.Next(1+len(key), key)
 	f.left--
 	return true
 }
@@ -606,9 +595,10 @@ func (f *fields) done(what string) {
 	}
 }
 
-// readStruct reads into v the map that fields describe. Like appendStruct
-// it reads nested structs with a function that does not recurse, which
-// keeps the reader on the caller's stack.
+// readStruct reads into v the map that fields describe, with one type
+// switch per field present. Like appendStruct it reads nested structs with
+// a function that does not recurse, which keeps the reader on the caller's
+// stack.
 func readStruct(r *cmdReader, fields []field, v any, what string) {
 	fs := r.fields(what)
 	for i := range fields {
@@ -617,56 +607,47 @@ func readStruct(r *cmdReader, fields []field, v any, what string) {
 			continue
 		}
 		switch x := f.at(v).(type) {
+		case *uint64:
+			*x = r.uint(f.key)
+		case *int64:
+			*x = r.int(f.key)
+		case *string:
+			*x = r.str(f.key)
+		case *[]byte:
+			*x = r.bin(f.key)
+		case *bool:
+			*x = r.bool(f.key)
+		case *api.LockMode:
+			pos := r.Pos()
+			m := r.uint(f.key)
+			if m > math.MaxUint8 {
+				r.fail(pos, f.key, "lock mode overflows")
+			}
+			*x = api.LockMode(m)
 		case *api.ACLNames:
-			readNested(r, aclFields, x, f.key)
+			readACL(r, x, f.key)
 		case **api.ACLNames:
 			acl := &api.ACLNames{}
-			readNested(r, aclFields, acl, f.key)
+			readACL(r, acl, f.key)
 			*x = acl
 		case *api.TenantQuota:
 			*x = r.quota(f.key)
 		default:
-			r.value(x, f.key)
+			panic(fmt.Sprintf("namespace: BUG: command field of kind %T", x))
 		}
 	}
 	fs.done(what)
 }
 
-// readNested reads into v, a struct whose fields are all scalars, the map
-// that fields describe.
-func readNested(r *cmdReader, fields []field, v any, what string) {
+// readACL reads into a the map aclFields describe.
+func readACL(r *cmdReader, a *api.ACLNames, what string) {
 	fs := r.fields(what)
-	for i := range fields {
-		if fs.at(fields[i].key) {
-			r.value(fields[i].at(v), fields[i].key)
+	for i := range aclFields {
+		if fs.at(aclFields[i].key) {
+			*aclFields[i].at(a).(*string) = r.str(aclFields[i].key)
 		}
 	}
 	fs.done(what)
-}
-
-// value reads the scalar field at p by its kind.
-func (r *cmdReader) value(p any, what string) {
-	switch v := p.(type) {
-	case *uint64:
-		*v = r.uint(what)
-	case *int64:
-		*v = r.int(what)
-	case *string:
-		*v = r.str(what)
-	case *[]byte:
-		*v = r.bin(what)
-	case *bool:
-		*v = r.bool(what)
-	case *api.LockMode:
-		pos := r.Pos()
-		m := r.uint(what)
-		if m > math.MaxUint8 {
-			r.fail(pos, what, "lock mode overflows")
-		}
-		*v = api.LockMode(m)
-	default:
-		panic(fmt.Sprintf("namespace: BUG: command field of kind %T", p))
-	}
 }
 
 // quota reads a tenant quota with the msgpack library (see mpQuota),

@@ -210,6 +210,9 @@ func checkFieldTable(t *testing.T, name string, fields []field, v any) int {
 		t.Errorf("%s: table has %d fields, the struct %d", name, len(fields), rv.NumField())
 		return 0
 	}
+	if len(fields) >= 16 {
+		t.Errorf("%s: %d fields; appendStruct writes a one-byte map header, for at most 15", name, len(fields))
+	}
 	for i, f := range fields {
 		sf := rv.Type().Field(i)
 		key, opts, _ := strings.Cut(sf.Tag.Get("msgpack"), ",")

@@ -284,6 +284,12 @@ func EncodeCommand(c Command) ([]byte, error) {
 	if c.Op == nil || isNilOp(c.Op) {
 		return nil, fmt.Errorf("%w: nil op", ErrBadCommand)
 	}
+	// Most commands fit the stack buffer, and are copied out at their exact
+	// size; a larger one is written again into a buffer sized once.
+	var stack [512]byte
+	if enc := appendCommand(stack[:0], c); len(enc) <= len(stack) {
+		return append([]byte(nil), enc...), nil
+	}
 	return appendCommand(make([]byte, 0, commandSizeHint(c)), c), nil
 }
 

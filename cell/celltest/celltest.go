@@ -41,6 +41,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -459,6 +460,10 @@ func (c *Cell) ClientCertificate(tenant, principal string) (tls.Certificate, err
 func (c *Cell) AdminCertificate() (tls.Certificate, error) {
 	return c.ClientCertificate(cell.AdminTenant, cell.DefaultAdminPrincipal)
 }
+
+// CAPool returns the pool of the cell's CA, for clients that dial the
+// replicas with transport.Dial (over PacketConn sockets).
+func (c *Cell) CAPool() *x509.CertPool { return c.ca.Pool() }
 
 // ClientConfig returns a client.Config for principal of tenant (Tenant if
 // empty) that connects over the simulated network.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/namespace"
 )
 
@@ -137,7 +138,7 @@ func TestBackupSaveRestoreCheckProcs(t *testing.T) {
 		t.Fatalf("the old cell's sequencer on the restored cell: valid=%v %q %v", valid, reason, err)
 	}
 	t.Logf("old sequencer refused: %s", reason)
-	sessions, err := cl.ListSessions(ctx, "t")
+	sessions, err := operator.New(cl).ListSessions(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}

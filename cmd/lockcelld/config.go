@@ -21,6 +21,7 @@ import (
 
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/clientfile"
 )
 
 // fileConfig is the JSON config of one replica (`lockcelld serve
@@ -394,9 +395,9 @@ func initCell(o initOptions) error {
 	if err := write("certs/admin-key.pem", keyPEM); err != nil {
 		return err
 	}
-	cf := cell.ClientFile{Cell: name, Addrs: addrs, CA: "certs/ca.pem", AdminCert: "certs/admin.pem", AdminKey: "certs/admin-key.pem", PublicKey: "certs/signing-pub.pem"}
-	b, _ := json.MarshalIndent(cf, "", "  ")
-	if err := write("admin.json", append(b, '\n')); err != nil {
+	cf := clientfile.File{Cell: name, Addrs: addrs, CA: "certs/ca.pem", PublicKey: "certs/signing-pub.pem",
+		Admin: clientfile.Credential{Cert: "certs/admin.pem", Key: "certs/admin-key.pem"}}
+	if err := write("admin.json", cf.Marshal()); err != nil {
 		return err
 	}
 	// The first tenant's certificate and settings. The tenant itself is
@@ -417,7 +418,7 @@ func initCell(o initOptions) error {
 	if err := write(base+"-key.pem", keyPEM); err != nil {
 		return err
 	}
-	tf := cell.ClientFile{Cell: name, Addrs: addrs, CA: "certs/ca.pem", Cert: base + ".pem", Key: base + "-key.pem", PublicKey: "certs/signing-pub.pem"}
-	b, _ = json.MarshalIndent(tf, "", "  ")
-	return write(o.tenant+".json", append(b, '\n'))
+	tf := clientfile.File{Cell: name, Addrs: addrs, CA: "certs/ca.pem", PublicKey: "certs/signing-pub.pem",
+		User: clientfile.Credential{Cert: base + ".pem", Key: base + "-key.pem"}}
+	return write(o.tenant+".json", tf.Marshal())
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,8 +15,9 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
-	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
+	"github.com/lockcell/lockcell/internal/clientfile"
 )
 
 // devProcsStopGrace is how long the replicas get to stop after SIGTERM
@@ -43,11 +43,10 @@ func runDevProcs(ctx context.Context, dir string, port, n int, tenant, logLevel 
 		}
 		// lockctl's settings: the dev tenant's certificate, and the
 		// administrator's for status and tenant commands.
-		cf := cell.ClientFile{Cell: "dev", Addrs: addrs, CA: "certs/ca.pem",
-			Cert: "certs/" + tenant + "-" + tenant + ".pem", Key: "certs/" + tenant + "-" + tenant + "-key.pem",
-			AdminCert: "certs/admin.pem", AdminKey: "certs/admin-key.pem", PublicKey: "certs/signing-pub.pem"}
-		b, _ := json.MarshalIndent(cf, "", "  ")
-		if err := os.WriteFile(filepath.Join(dir, "client.json"), append(b, '\n'), 0o600); err != nil {
+		cf := clientfile.File{Cell: "dev", Addrs: addrs, CA: "certs/ca.pem", PublicKey: "certs/signing-pub.pem",
+			User:  clientfile.Credential{Cert: "certs/" + tenant + "-" + tenant + ".pem", Key: "certs/" + tenant + "-" + tenant + "-key.pem"},
+			Admin: clientfile.Credential{Cert: "certs/admin.pem", Key: "certs/admin-key.pem"}}
+		if err := os.WriteFile(filepath.Join(dir, "client.json"), cf.Marshal(), 0o600); err != nil {
 			fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
 			return exitError
 		}
@@ -168,7 +167,7 @@ func createTenant(ctx context.Context, admin client.Config, tenant string) error
 				return err
 			}
 			defer c.Close()
-			_, err = c.CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
+			_, err = operator.New(c).CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
 			return err
 		}()
 		if err == nil || errors.Is(err, api.ErrAlreadyExists) {

@@ -23,6 +23,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/certs"
 	"github.com/lockcell/lockcell/internal/proccell"
 )
@@ -311,7 +312,7 @@ func (c *procCell) setupTenant() {
 	}
 	defer ac.Close()
 	for {
-		_, err := ac.CreateTenant(ctx, "t", api.TenantQuota{}, api.ACLNames{})
+		_, err := operator.New(ac).CreateTenant(ctx, "t", api.TenantQuota{}, api.ACLNames{})
 		if err == nil || errors.Is(err, api.ErrAlreadyExists) {
 			break
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/certs"
 )
 
@@ -19,7 +20,7 @@ func cmdSessions(e *env, args []string) int {
 	return tenantListing(e, args, "sessions", "Lists the open sessions of your tenant (administrators: of --tenant).",
 		"SESSION\tTENANT\tPRINCIPAL\tCREATED",
 		func(ctx context.Context, c *client.Client, tenant string) ([]string, error) {
-			ss, err := c.ListSessions(ctx, tenant)
+			ss, err := operator.New(c).ListSessions(ctx, tenant)
 			rows := make([]string, len(ss))
 			for i, s := range ss {
 				rows[i] = fmt.Sprintf("%d\t%s\t%s\t%s", s.ID, s.Tenant, s.Principal, time.Unix(0, s.Created).UTC().Format(time.RFC3339))
@@ -32,7 +33,7 @@ func cmdLocks(e *env, args []string) int {
 	return tenantListing(e, args, "locks", "Lists the held locks of your tenant (administrators: of --tenant).",
 		"PATH\tMODE\tGENERATION\tHOLDERS",
 		func(ctx context.Context, c *client.Client, tenant string) ([]string, error) {
-			ls, err := c.ListLocks(ctx, tenant)
+			ls, err := operator.New(c).ListLocks(ctx, tenant)
 			rows := make([]string, len(ls))
 			for i, l := range ls {
 				rows[i] = fmt.Sprintf("%s\t%s\t%d\t%v", l.Path, l.Mode, l.Generation, l.Holders)
@@ -159,12 +160,12 @@ every call with it fails from then on and its sessions are expired.
 	switch sub {
 	case "create":
 		var t api.TenantInfo
-		t, err = c.CreateTenant(ctx, fs.Arg(0), *q, api.ACLNames{})
+		t, err = operator.New(c).CreateTenant(ctx, fs.Arg(0), *q, api.ACLNames{})
 		ts = []api.TenantInfo{t}
 	case "update":
 		// Quotas not given keep their values.
 		var all []api.TenantInfo
-		if all, err = c.ListTenants(ctx); err != nil {
+		if all, err = operator.New(c).ListTenants(ctx); err != nil {
 			break
 		}
 		i := slices.IndexFunc(all, func(t api.TenantInfo) bool { return t.Name == fs.Arg(0) })
@@ -173,10 +174,10 @@ every call with it fails from then on and its sessions are expired.
 			break
 		}
 		var t api.TenantInfo
-		t, err = c.UpdateTenant(ctx, fs.Arg(0), mergeQuota(fs, all[i].Quota))
+		t, err = operator.New(c).UpdateTenant(ctx, fs.Arg(0), mergeQuota(fs, all[i].Quota))
 		ts = []api.TenantInfo{t}
 	case "list":
-		ts, err = c.ListTenants(ctx)
+		ts, err = operator.New(c).ListTenants(ctx)
 	}
 	if err != nil {
 		return e.fail("tenant", err)
@@ -237,7 +238,7 @@ func cmdTenantToken(e *env, sub string, args []string) int {
 	defer c.Close()
 	switch sub {
 	case "token":
-		tok, info, err := c.IssueToken(ctx, fs.Arg(0), fs.Arg(1))
+		tok, info, err := operator.New(c).IssueToken(ctx, fs.Arg(0), fs.Arg(1))
 		if err != nil {
 			return e.fail("tenant token", err)
 		}
@@ -250,7 +251,7 @@ func cmdTenantToken(e *env, sub string, args []string) int {
 		}
 		fmt.Fprintf(e.stdout, "token %s for %s/%s (shown once; the cell keeps only its hash):\n%s\n", info.ID, info.Tenant, info.Principal, tok)
 	case "tokens":
-		ts, err := c.ListTokens(ctx, fs.Arg(0))
+		ts, err := operator.New(c).ListTokens(ctx, fs.Arg(0))
 		if err != nil {
 			return e.fail("tenant tokens", err)
 		}
@@ -261,7 +262,7 @@ func cmdTenantToken(e *env, sub string, args []string) int {
 		}
 		_ = tw.Flush()
 	case "revoke":
-		info, err := c.RevokeToken(ctx, fs.Arg(0), fs.Arg(1))
+		info, err := operator.New(c).RevokeToken(ctx, fs.Arg(0), fs.Arg(1))
 		if err != nil {
 			return e.fail("tenant revoke", err)
 		}

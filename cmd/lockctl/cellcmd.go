@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // cmdCell runs the cell operations: stepdown.
@@ -46,13 +47,13 @@ func cmdCellStepDown(e *env, args []string) int {
 		return e.fail("cell stepdown", err)
 	}
 	defer c.Close()
-	st, err := c.Status(ctx)
+	st, err := operator.New(c).Status(ctx)
 	if err != nil {
 		return e.fail("cell stepdown", err)
 	}
 	// The master picks the successor itself unless told: it knows which
 	// replica has caught up (the status only says who applied the most).
-	got, err := c.HandOver(ctx, *to)
+	got, err := operator.New(c).HandOver(ctx, *to)
 	if err != nil {
 		return e.fail("cell stepdown", err)
 	}

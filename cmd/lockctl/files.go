@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // withSession runs fn with a session, bounded by --timeout.
@@ -93,11 +94,11 @@ func cmdPut(e *env, args []string) int {
 	return e.withSession("put", func(s *client.Session) error {
 		ctx, cancel := e.bounded()
 		defer cancel()
-		h, resp, err := s.OpenStat(ctx, resolve(s, fs.Arg(0)), client.OpenOptions{Create: true, Ephemeral: *ephemeral, Contents: data})
+		h, info, err := s.OpenStat(ctx, resolve(s, fs.Arg(0)), client.OpenOptions{Create: true, Ephemeral: *ephemeral, Contents: data})
 		if err != nil {
 			return err
 		}
-		if resp.Created {
+		if info.Created {
 			return nil
 		}
 		_, err = h.SetContents(ctx, data)
@@ -227,7 +228,7 @@ func lsRoot(e *env) int {
 		return e.fail("ls", err)
 	}
 	defer c.Close()
-	ts, err := c.ListTenants(ctx)
+	ts, err := operator.New(c).ListTenants(ctx)
 	if err != nil {
 		return e.fail("ls", err)
 	}

@@ -276,13 +276,13 @@ func (e *env) dial(ctx context.Context, admin bool) (*client.Client, *client.Con
 	if e.token != "" && !admin && !e.admin {
 		cfg.Certificate, cfg.Token = nil, e.token
 	}
-	e.usedAdmin = cfg.Certificate != nil && (admin || e.admin || f.Cert == "")
+	e.usedAdmin = cfg.Certificate != nil && (admin || e.admin || f.User.Cert == "")
 	cfg.GracePeriod = e.grace
 	cfg.Logger = quietLogger()
 	c, err := client.Dial(ctx, cfg)
 	switch {
 	case errors.Is(err, client.ErrCertificate):
-		return nil, nil, fmt.Errorf("%w\n  (the CA is %q and the client certificate %q, as %s says)", err, f.CA, f.Cert, e.config)
+		return nil, nil, fmt.Errorf("%w\n  (the CA is %q and the client certificate %q, as %s says)", err, f.CA, f.User.Cert, e.config)
 	case errors.Is(err, client.ErrUnauthenticated), errors.Is(err, client.ErrNoMaster), errors.Is(err, client.ErrUnreachable):
 		return nil, nil, err
 	case err != nil:

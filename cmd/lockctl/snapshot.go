@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // cmdSnapshot runs the backup commands: snapshot save.
@@ -75,7 +76,7 @@ func saveSnapshotFile(ctx context.Context, c *client.Client, path string) (head 
 			_ = os.Remove(tmp)
 		}
 	}()
-	head, err = c.SaveSnapshot(ctx, f)
+	head, err = operator.New(c).SaveSnapshot(ctx, f)
 	if err != nil {
 		return head, err
 	}

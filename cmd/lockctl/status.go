@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 )
 
 // statusAskTimeout bounds the question to each replica: status asks every
@@ -42,7 +43,7 @@ it has one and no token was given).`)
 	if err != nil {
 		return e.fail("status", err)
 	}
-	admin := f.AdminCert != "" && e.token == ""
+	admin := f.Admin.Cert != "" && e.token == ""
 	cfg, err := f.Config(admin || e.admin)
 	if err != nil {
 		return e.fail("status", err)
@@ -87,7 +88,7 @@ func askReplicas(ctx context.Context, cfg client.Config, timeout time.Duration) 
 		wg.Go(func() {
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			st, err := client.StatusOfReplica(actx, cfg, addr)
+			st, err := operator.StatusOfReplica(actx, cfg, addr)
 			if err != nil {
 				out[i].Err = statusError(err, actx)
 				return

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,7 +13,9 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/certs"
+	"github.com/lockcell/lockcell/internal/clientfile"
 )
 
 // CAPool returns the pool of the cell CA, which replica certificates chain
@@ -96,14 +97,10 @@ func (c *Cell) WriteClientFile(tenant, principal string) (string, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return "", err
 	}
-	cf := client.ConfigFile{Cell: c.cfg.Name, Addrs: c.Addrs(), CA: "certs/ca.pem", Cert: base + ".pem", Key: base + "-key.pem",
-		PublicKey: "certs/signing-pub.pem"}
-	b, err := json.MarshalIndent(cf, "", "  ")
-	if err != nil {
-		return "", err
-	}
+	cf := clientfile.File{Cell: c.cfg.Name, Addrs: c.Addrs(), CA: "certs/ca.pem", PublicKey: "certs/signing-pub.pem",
+		User: clientfile.Credential{Cert: base + ".pem", Key: base + "-key.pem"}}
 	file := filepath.Join(c.cfg.Dir, tenant+"-"+principal+"-client.json")
-	return file, os.WriteFile(file, append(b, '\n'), 0o600)
+	return file, os.WriteFile(file, cf.Marshal(), 0o600)
 }
 
 // AdminClient dials the cell as its administrator.
@@ -124,7 +121,7 @@ func (c *Cell) CreateTenant(ctx context.Context, tenant string) error {
 	}
 	defer admin.Close()
 	for {
-		_, err := admin.CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
+		_, err := operator.New(admin).CreateTenant(ctx, tenant, api.TenantQuota{}, api.ACLNames{})
 		if err == nil || errors.Is(err, api.ErrAlreadyExists) {
 			return nil
 		}

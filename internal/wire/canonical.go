@@ -1,12 +1,15 @@
 package wire
 
 // canonical is the one canonical-form rule of every format built on this
-// package: read, the bytes taken as the encoding of a value, is accepted
-// only if it is exactly written, the bytes the Writer writes for the value
-// read. Varints (Reader.Uvarint, Reader.Varint) and whole lenient-read
-// encodings (Canonical) both go through it.
-func canonical(read, written []byte) bool {
-	return string(read) == string(written)
+// package: the bytes taken as the encoding of a value are accepted only if
+// they are exactly the bytes the Writer writes for the value read — as long
+// (readLen == writtenLen) and equal (sameBytes). Varints (Reader.Uvarint,
+// Reader.Varint) and whole lenient-read encodings (Canonical) both go
+// through it. A varint's caller passes sameBytes true: two encodings of one
+// number of the same length are the same bytes, so for a varint the rule
+// is that its length is the minimal one, checked without re-encoding.
+func canonical(readLen, writtenLen int, sameBytes bool) bool {
+	return readLen == writtenLen && sameBytes
 }
 
 // Canonical checks that input, which a lenient reader decoded, is exactly
@@ -14,7 +17,7 @@ func canonical(read, written []byte) bool {
 // wrapping ErrNonCanonical whose Pos is the first byte where they differ
 // and whose What is what.
 func Canonical(input, written []byte, what string) error {
-	if canonical(input, written) {
+	if canonical(len(input), len(written), string(input) == string(written)) {
 		return nil
 	}
 	pos := 0

@@ -39,10 +39,21 @@ func (r *Reader) Len() int {
 // Peek returns the unread rest of the input without consuming it (nil
 // after a defect).
 func (r *Reader) Peek() []byte {
-	if r.err != nil {
-		return nil
+	if r.err == nil {
+		return r.in[r.off:]
 	}
-	return r.in[r.off:]
+	return nil
+}
+
+// SkipIf consumes c followed by s, and reports true, if the unread input
+// starts with them; otherwise it consumes nothing and reports false. It is
+// how a decoder tests for an optional tagged field.
+func (r *Reader) SkipIf(c byte, s string) bool {
+	if r.err != nil || len(r.in)-r.off <= len(s) || r.in[r.off] != c || string(r.in[r.off+1:r.off+1+len(s)]) != s {
+		return false
+	}
+	r.off += 1 + len(s)
+	return true
 }
 
 // Fail records a defect at pos (an offset of the input, usually where the
@@ -69,28 +80,35 @@ func (r *Reader) fail(what string, cause error, detail string) {
 // Next consumes n bytes and returns them (capacity n, aliasing the input),
 // or fails with ErrTruncated. A negative n is ErrTooLong.
 func (r *Reader) Next(n int, what string) []byte {
-	if r.err != nil {
+	if r.err != nil || uint(n) > uint(len(r.in)-r.off) {
+		r.short(n, what)
 		return nil
 	}
-	if n < 0 {
-		r.fail(what, ErrTooLong, "negative length")
-		return nil
-	}
-	if len(r.in)-r.off < n {
-		r.fail(what, ErrTruncated, fmt.Sprintf("%d bytes needed, %d left", n, len(r.in)-r.off))
-		return nil
-	}
-	p := r.in[r.off : r.off+n : r.off+n]
+	off := r.off
 	r.off += n
-	return p
+	return r.in[off:r.off:r.off]
+}
+
+// short records why Next could not take n bytes (unless a defect is
+// already recorded).
+func (r *Reader) short(n int, what string) {
+	switch {
+	case r.err != nil:
+	case n < 0:
+		r.fail(what, ErrTooLong, "negative length")
+	default:
+		r.fail(what, ErrTruncated, fmt.Sprintf("%d bytes needed, %d left", n, len(r.in)-r.off))
+	}
 }
 
 // Byte reads one byte.
 func (r *Reader) Byte(what string) byte {
-	if p := r.Next(1, what); p != nil {
-		return p[0]
+	if r.err != nil || r.off >= len(r.in) {
+		r.short(1, what)
+		return 0
 	}
-	return 0
+	r.off++
+	return r.in[r.off-1]
 }
 
 // Uint16 reads a big-endian 2-byte integer.
@@ -136,8 +154,7 @@ func (r *Reader) Uvarint(what string) uint64 {
 		r.varintFailed(n, what)
 		return 0
 	}
-	var buf [MaxVarintLen]byte
-	if !canonical(r.in[r.off:r.off+n], binary.AppendUvarint(buf[:0], x)) {
+	if !canonical(n, UvarintLen(x), true) {
 		r.fail(what, ErrNonCanonical, "padded varint")
 		return 0
 	}
@@ -150,13 +167,16 @@ func (r *Reader) Varint(what string) int64 {
 	if r.err != nil {
 		return 0
 	}
-	x, n := binary.Varint(r.in[r.off:])
+	ux, n := binary.Uvarint(r.in[r.off:])
 	if n <= 0 {
 		r.varintFailed(n, what)
 		return 0
 	}
-	var buf [MaxVarintLen]byte
-	if !canonical(r.in[r.off:r.off+n], binary.AppendVarint(buf[:0], x)) {
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
+	}
+	if !canonical(n, varintLen(x), true) {
 		r.fail(what, ErrNonCanonical, "padded varint")
 		return 0
 	}

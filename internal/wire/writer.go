@@ -1,6 +1,9 @@
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // MaxVarintLen is the longest varint encoding of a 64-bit integer.
 const MaxVarintLen = binary.MaxVarintLen64
@@ -56,12 +59,12 @@ func (w *Writer) LenString(s string) {
 	w.b = append(binary.AppendUvarint(w.b, uint64(len(s))), s...)
 }
 
-// UvarintLen returns the length of x's uvarint encoding.
+// UvarintLen returns the length of x's uvarint encoding: one byte per 7
+// significant bits, at least one.
 func UvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
+	// (bits*9 + 64) / 64 is ceil(bits/7) for 1 <= bits <= 64.
+	return (bits.Len64(x|1)*9 + 64) / 64
 }
+
+// varintLen returns the length of x's zig-zag varint encoding.
+func varintLen(x int64) int { return UvarintLen(uint64(x<<1) ^ uint64(x>>63)) }

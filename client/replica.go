@@ -8,27 +8,6 @@ import (
 	"github.com/lockcell/lockcell/transport"
 )
 
-// StatusOfReplica asks the replica at addr, over a connection of its own,
-// how it sees itself and the cell (a CellStatus call). Any replica answers,
-// master or not, so this works when the cell has no master; it needs only
-// cfg's CA and credentials (Addrs is not used). It returns the replica's
-// answer, or an error naming addr: a *api.Error for a refusal, a transport
-// error if the replica cannot be reached before ctx ends.
-func StatusOfReplica(ctx context.Context, cfg Config, addr string) (*api.CellStatusResponse, error) {
-	if len(cfg.Addrs) == 0 {
-		cfg.Addrs = []string{addr}
-	}
-	cfg, err := cfg.populate()
-	if err != nil {
-		return nil, err
-	}
-	st, _, err := cellStatusAt(ctx, cfg, addr)
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	return st, nil
-}
-
 // cellStatusAt asks the replica at addr for its CellStatus over a
 // connection of its own, dialled with cfg's CA, credentials, timeouts and
 // socket (cfg.PacketConn, so in-process networks carry it too). It returns
@@ -65,24 +44,33 @@ func dialReplica(ctx context.Context, cfg Config, addr string) (*transport.Clien
 // cellStatusOn asks for the CellStatus on cc (token: the tenant token to
 // send, if any).
 func cellStatusOn(ctx context.Context, cc *transport.ClientConn, token string) (*api.CellStatusResponse, error) {
-	f, err := cc.Call(ctx, uint16(api.MethodCellStatus), &api.CellStatusRequest{Token: token})
-	if err != nil {
+	var resp api.CellStatusResponse
+	if err := callOn(ctx, cc, api.MethodCellStatus, &api.CellStatusRequest{Token: token}, &resp); err != nil {
 		return nil, err
+	}
+	return &resp, nil
+}
+
+// callOn makes one call of method m on cc, decoding the reply into resp; an
+// error reply is returned as *api.Error.
+func callOn(ctx context.Context, cc *transport.ClientConn, m api.Method, req, resp any) error {
+	f, err := cc.Call(ctx, uint16(m), req)
+	if err != nil {
+		return err
 	}
 	switch f.Tag {
 	case api.ReplyOK:
-		var resp api.CellStatusResponse
-		if err := f.Decode(&resp); err != nil {
-			return nil, fmt.Errorf("client: decoding CellStatus reply: %w", err)
+		if err := f.Decode(resp); err != nil {
+			return fmt.Errorf("client: decoding %s reply: %w", m, err)
 		}
-		return &resp, nil
+		return nil
 	case api.ReplyError:
 		ae := &api.Error{}
 		if err := f.Decode(ae); err != nil {
-			return nil, fmt.Errorf("client: decoding CellStatus error reply: %w", err)
+			return fmt.Errorf("client: decoding %s error reply: %w", m, err)
 		}
-		return nil, ae
+		return ae
 	default:
-		return nil, fmt.Errorf("client: unexpected CellStatus reply tag %#x", f.Tag)
+		return fmt.Errorf("client: unexpected %s reply tag %#x", m, f.Tag)
 	}
 }
