@@ -63,9 +63,10 @@ type indexOp struct {
 }
 
 // TestLeaseIndexMatchesReference drives the heap and the reference with the
-// same random operations (including moving a deadline earlier, which the
-// Manager never does but the index must survive) and compares due and next
-// at now and at a probe instant after every step.
+// same random operations (renewals only move lease ends, as the Manager's
+// do, leaving stale keys in the lazy heap) and compares due and next at now
+// and at a probe instant after every step, and what popDue takes out with
+// what the reference finds due.
 func TestLeaseIndexMatchesReference(t *testing.T) {
 	f := func(ops []indexOp, probe uint16) bool {
 		var idx leaseIndex
@@ -83,16 +84,14 @@ func TestLeaseIndexMatchesReference(t *testing.T) {
 					idx.add(s)
 					live[id], ref[id] = s, s.leaseEnd
 				}
-			case 1: // renew: never backwards
+			case 1: // renew: never backwards, no heap operation
 				if s != nil {
 					s.leaseEnd = max(s.leaseEnd, now.Add(d))
-					idx.fix(s)
 					ref[id] = s.leaseEnd
 				}
-			case 2: // move anywhere, earlier included
+			case 2: // renew far beyond the keys of the others
 				if s != nil {
-					s.leaseEnd = now.Add(d - 30*time.Second)
-					idx.fix(s)
+					s.leaseEnd = max(s.leaseEnd, now.Add(d+30*time.Second))
 					ref[id] = s.leaseEnd
 				}
 			case 3: // remove
@@ -104,11 +103,21 @@ func TestLeaseIndexMatchesReference(t *testing.T) {
 			case 4: // advance time
 				now = now.Add(d)
 			case 5: // decide what is due
-				for _, s := range idx.due(now) {
-					idx.remove(s)
+				var got []ID
+				for _, s := range idx.popDue(now) {
+					if s.heapIdx != -1 {
+						t.Logf("step %d: popDue left session %d at heap position %d", i, s.id, s.heapIdx)
+						return false
+					}
+					got = append(got, s.id)
 					delete(live, s.id)
 				}
-				for _, id := range ref.due(now) {
+				want := ref.due(now)
+				if !slices.Equal(got, want) {
+					t.Logf("step %d %+v: popDue(%d) = %v, reference %v", i, op, now, got, want)
+					return false
+				}
+				for _, id := range want {
 					delete(ref, id)
 				}
 			}
@@ -252,4 +261,79 @@ func runDeadlineModel(t *testing.T, seed uint64) {
 		t.Fatalf("weak run: %d expiries, %d keepalives", decided, answered)
 	}
 	t.Logf("%d expiries, %d keepalives", decided, answered)
+}
+
+// TestRenewedSessionExpiresAtLastDeadline renews one session every second
+// for more than three leases while a second session is never renewed. The
+// lazy lease index keeps the renewed session filed under stale, earlier
+// keys; the session must still expire exactly at the lease end of its last
+// renewal (not at any earlier key), and the index must hold one entry per
+// live session however often it is renewed.
+func TestRenewedSessionExpiresAtLastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			cadence = time.Second
+			rounds  = 40 // > 3 leases of 12 s
+		)
+		m := newManager(t, Config{KeepAliveCadence: cadence}, false)
+		start := monotime.Now()
+		mustAdd(t, m, 1, 2)
+		var lastEnd monotime.Time
+		maxStale := 0
+		sawOther := false
+		for round := range rounds {
+			ka := goKeepAlive(t.Context(), m, 1, 0)
+			sleep(cadence)
+			r, ok := returned(ka)
+			if !ok || r.err != nil {
+				t.Fatalf("round %d: KeepAlive %+v (returned %v)", round, r, ok)
+			}
+			if r.reply.LeaseTimeout != lease {
+				t.Fatalf("round %d: lease %v, want %v", round, r.reply.LeaseTimeout, lease)
+			}
+			lastEnd = r.reply.At.Add(r.reply.LeaseTimeout)
+			for _, d := range drain(m) {
+				// Only the unrenewed session 2 may expire, at its first deadline.
+				if d.Session != 2 || d.LeaseEnd != start.Add(lease) || monotime.Now() != d.LeaseEnd {
+					t.Fatalf("round %d at %v: decision %+v; only session 2 may expire, at %v",
+						round, monotime.Now().Sub(start), d, start.Add(lease))
+				}
+				sawOther = true
+			}
+			live := 2
+			if sawOther {
+				live = 1
+			}
+			entries, stale := m.leaseEntries()
+			if entries != live {
+				t.Fatalf("round %d: lease index holds %d entries for %d live sessions", round, entries, live)
+			}
+			maxStale = max(maxStale, stale)
+		}
+		if !sawOther {
+			t.Fatal("session 2 was never decided: the test judged no expiry")
+		}
+		if maxStale == 0 {
+			t.Fatal("no renewal left a stale key: the test never exercised the lazy index")
+		}
+		// Renewals stop. Session 1 lives until exactly lastEnd.
+		if lastEnd != start.Add(rounds*cadence+lease) {
+			t.Fatalf("last lease end %v after start, want %v", lastEnd.Sub(start), rounds*cadence+lease)
+		}
+		sleep(lastEnd.Sub(monotime.Now()) - 1)
+		if got := drain(m); len(got) != 0 {
+			t.Fatalf("decided %+v at %v, before the last lease end %v", got, monotime.Now().Sub(start), lastEnd.Sub(start))
+		}
+		if l, err := m.Lease(1); err != nil || l != 1 {
+			t.Fatalf("Lease(1) = %v, %v one nanosecond before the end", l, err)
+		}
+		sleep(1)
+		got := drain(m)
+		if len(got) != 1 || got[0].Session != 1 || got[0].LeaseEnd != lastEnd {
+			t.Fatalf("decisions %+v at the last lease end, want session 1 at %v", got, lastEnd.Sub(start))
+		}
+		if entries, _ := m.leaseEntries(); entries != 0 {
+			t.Fatalf("lease index holds %d entries after every session expired", entries)
+		}
+	})
 }

@@ -46,9 +46,11 @@ func (m *Manager) decide(now monotime.Time) (due []Decision, next monotime.Time,
 	if m.mu.state != stateServing {
 		return nil, 0, false
 	}
-	for _, s := range m.mu.leases.due(now) {
-		m.mu.leases.remove(s)
-		s.expiring = true
+	popped := m.mu.leases.popDue(now)
+	for _, s := range popped {
+		s.expiring = true // all at once: they all left the lease index
+	}
+	for _, s := range popped {
 		m.broadcastAckLocked()
 		if s.parked != nil {
 			m.releaseLocked(s, ErrExpired)

@@ -117,3 +117,17 @@ func ids(ds []Decision) []ID {
 
 // sleep advances the bubble's fake clock by d.
 func sleep(d time.Duration) { time.Sleep(d) }
+
+// leaseEntries is a test hook into the lazy lease index: how many entries it
+// holds, and how many of them are filed under a key earlier than their
+// session's real lease end.
+func (m *Manager) leaseEntries() (entries, stale int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.mu.leases {
+		if s.heapKey != s.leaseEnd {
+			stale++
+		}
+	}
+	return len(m.mu.leases), stale
+}

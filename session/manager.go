@@ -64,6 +64,10 @@ type sess struct {
 	id       ID
 	leaseEnd monotime.Time // INVARIANT: never moves backwards
 	heapIdx  int           // position in Manager.mu.leases; -1 once expiring
+	// heapKey is the lease end s is filed under in Manager.mu.leases; it
+	// lags leaseEnd after a renewal (see leaseIndex).
+	// INVARIANT: heapKey <= leaseEnd while s is in the index.
+	heapKey monotime.Time
 	// expiring is set when the expiry decision is made; it is final.
 	expiring bool
 	q        queue
@@ -466,7 +470,8 @@ func (m *Manager) renewLocked(s *sess, now monotime.Time) {
 	if invariants.Enabled && s.leaseEnd.Before(old) {
 		panic("session: invariant broken: lease moved backwards")
 	}
-	m.mu.leases.fix(s)
+	// The lease index is lazy: s stays filed under its earlier key until
+	// that key comes up (see leaseIndex).
 }
 
 // releaseLocked ends the session's parked KeepAlive with err; the rest of
