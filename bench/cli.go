@@ -281,7 +281,9 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 			ns := counts
 			switch w {
 			case Sessions:
-				ns = []int{*sessions}
+				// One run; Config.Sessions says how many sessions it holds
+				// (its Result reports them as its clients).
+				ns = []int{1}
 			case FailoverKill, FailoverStepDown, FailoverPause, FailoverPartition, FailoverRolling:
 				ns = []int{*foClients}
 			}
