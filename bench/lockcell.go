@@ -43,12 +43,14 @@ type LockcellTarget struct {
 // KeepAlives in one batch frame on one stream, plus one stream per call in
 // flight), and OpenSessions puts sessionsPerConn sessions on each of at
 // most maxSessionConns connections, opening at most openPerConn of a
-// connection's sessions at once (each CreateSession is a stream).
+// connection's sessions at once on at most 8 connections at once: 192
+// CreateSession calls in flight, below the 256 commands a tenant may have
+// queued at the master before it sheds them.
 const (
 	poolConns       = 16
 	sessionsPerConn = 500
 	maxSessionConns = 1000
-	openPerConn     = 128
+	openPerConn     = 24
 )
 
 // MaxLockcellSessions is the most sessions OpenSessions can hold from one
