@@ -391,11 +391,14 @@ func (r *Replica) Serving() bool { return r.serving() != nil }
 // knows every chosen slot, then stops serving and asks the successor to
 // take over at once; the held commands and every parked KeepAlive are
 // answered NotMaster naming the successor. StepDown returns once this
-// replica no longer serves. If the successor has not caught up within an
-// election timeout, the master steps down at once anyway (paxos.StepDown,
-// still naming the successor). It returns an error wrapping
-// api.ErrNotMaster on a replica that is not the leader, and ctx's error if ctx ends first
-// (the hand-over goes on).
+// replica no longer serves and follows another leader: until then the
+// hand-over's messages may still be on their way, and a replica closed
+// right after a step-down (lockcelld on SIGTERM) would drop them and leave
+// the cell to wait out the master lease. If the successor has not caught
+// up within an election timeout, the master steps down at once anyway
+// (paxos.StepDown, still naming the successor). It returns an error
+// wrapping api.ErrNotMaster on a replica that is not the leader, and ctx's
+// error if ctx ends first (the hand-over goes on).
 func (r *Replica) StepDown(ctx context.Context, next uint64) error {
 	h := &handing{next: paxos.ID(next), done: make(chan error, 1)}
 	f := func() {
@@ -424,11 +427,33 @@ func (r *Replica) StepDown(ctx context.Context, next uint64) error {
 	}
 	select {
 	case err := <-h.done:
-		return err
+		if err != nil {
+			return err
+		}
+		return r.awaitOtherLeader(ctx)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-r.done:
 		return ErrStopped
+	}
+}
+
+// awaitOtherLeader waits until this replica follows a leader other than
+// itself, which it learns only from that leader's own messages.
+func (r *Replica) awaitOtherLeader(ctx context.Context) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		if st := r.status.Load(); st != nil && st.Leader != 0 && uint64(st.Leader) != r.cfg.ID {
+			return nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			return ErrStopped
+		}
 	}
 }
 

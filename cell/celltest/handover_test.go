@@ -330,3 +330,48 @@ func (w *handOverWorld) stop() {
 	w.cancel()
 	w.wg.Wait()
 }
+
+// TestStepDownThenStop: a master stopped the moment its StepDown returns
+// (what lockcelld does on SIGTERM) has already got its hand-over across:
+// another replica serves well before the stopped master's lease could
+// have run out, rather than after it. Five hand-overs in a row, each
+// master crashed at once and restarted after its successor serves.
+func TestStepDownThenStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx := startHandOverCell(t)
+		// Well under the 0.8 s master lease that a lost hand-over makes the
+		// cell wait out.
+		const budget = 100 * time.Millisecond
+		judged := 0
+		for round := 0; round < 5; round++ {
+			old, err := c.WaitMaster(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond) // steady state
+			t0 := time.Now()
+			if err := old.StepDown(ctx, 0); err != nil {
+				t.Fatalf("round %d: StepDown at %d: %v", round, old.ID(), err)
+			}
+			c.Crash(old.ID())
+			var next *cell.Replica
+			for deadline := t0.Add(3 * time.Second); next == nil && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				next = c.Master()
+			}
+			if next == nil {
+				t.Fatalf("round %d: no master within 3s of replica %d's step-down and stop", round, old.ID())
+			}
+			took := time.Since(t0)
+			t.Logf("round %d: replica %d stepped down and stopped; replica %d served after %v", round, old.ID(), next.ID(), took)
+			if took > budget {
+				t.Errorf("round %d: replica %d served %v after replica %d stepped down and stopped; want within %v (the hand-over was lost and the cell waited out the lease)",
+					round, next.ID(), took, old.ID(), budget)
+			}
+			judged++
+			c.Restart(old.ID())
+		}
+		if judged < 5 {
+			t.Fatalf("judged %d hand-overs, want 5", judged)
+		}
+	})
+}
