@@ -1,16 +1,14 @@
 package namespace
 
 import (
-	"bufio"
-	"encoding/hex"
 	"flag"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/golden"
 )
 
 // updateGolden rewrites the golden hex files from the current encoders.
@@ -27,58 +25,28 @@ type goldenCase struct {
 	decode func(b []byte) error
 }
 
-// readGolden reads "name hex" lines.
-func readGolden(t *testing.T, path string) map[string][]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string][]byte{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, h, ok := strings.Cut(line, " ")
-		if !ok {
-			t.Fatalf("%s: bad line %q", path, line)
-		}
-		b, err := hex.DecodeString(h)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", path, name, err)
-		}
-		out[name] = b
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // checkGolden pins every case's bytes to path and checks that the pinned
 // bytes decode to the value. It fails if the file and the cases disagree
 // in either direction.
 func checkGolden(t *testing.T, path string, cases []goldenCase) {
 	t.Helper()
 	if *updateGolden {
-		var sb strings.Builder
-		sb.WriteString("# name hex: exact encodings pinned by TestGolden*; a changed line is a format change.\n")
+		vals := make([]golden.Value, 0, len(cases))
 		for _, c := range cases {
 			b, err := c.encode()
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
-			fmt.Fprintf(&sb, "%s %x\n", c.name, b)
+			vals = append(vals, golden.Value{Name: c.name, Bytes: b})
 		}
-		if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+		if err := golden.Write(path, "name hex: exact encodings pinned by TestGolden*; a changed line is a format change.", vals); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := readGolden(t, path)
+	want, err := golden.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(want) != len(cases) {
 		t.Errorf("%s has %d values, the test %d", path, len(want), len(cases))
 	}

@@ -1,16 +1,14 @@
 package sequencer
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/ed25519"
-	"encoding/hex"
 	"flag"
-	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/lockcell/lockcell/internal/golden"
 )
 
 // updateGolden rewrites testdata/golden.hex from the current encoder. Use
@@ -37,38 +35,21 @@ func TestGolden(t *testing.T) {
 	}
 	const path = "testdata/golden.hex"
 	if *updateGolden {
-		var sb strings.Builder
-		sb.WriteString("# name hex: exact binary forms pinned by TestGolden; a changed line is a format change.\n")
+		vals := make([]golden.Value, 0, len(cases))
 		for _, c := range cases {
 			b, err := c.s.Marshal()
 			if err != nil {
 				t.Fatal(err)
 			}
-			fmt.Fprintf(&sb, "%s %x\n", c.name, b)
+			vals = append(vals, golden.Value{Name: c.name, Bytes: b})
 		}
-		if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+		if err := golden.Write(path, "name hex: exact binary forms pinned by TestGolden; a changed line is a format change.", vals); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f, err := os.Open(path)
+	want, err := golden.Read(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	want := map[string][]byte{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, h, _ := strings.Cut(line, " ")
-		b, err := hex.DecodeString(h)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		want[name] = b
 	}
 	if len(want) != len(cases) {
 		t.Errorf("%s has %d values, the test %d", path, len(want), len(cases))
