@@ -618,18 +618,39 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 		return false, err
 	}
 	defer c.release(cc)
+	s, sent, err := c.exchange(ctx, cc, m, req, resp)
+	if s != nil {
+		defer s.Close()
+	}
+	if err != nil {
+		return sent, err
+	}
+	if info, _ := m.Info(); info.NeedsMaster {
+		// Only the master answers this method: the client reached it.
+		c.succeeded()
+	}
+	return true, nil
+}
+
+// exchange sends one request of method m on a new stream of cc and reads
+// the first reply frame: an OK reply is decoded into resp, an error reply
+// is returned as *api.Error once errorReply has acted on it, and a failure
+// of the stream or the connection drops a broken connection. sent reports
+// whether the request may have reached the replica. The stream, if one was
+// opened, is returned for the caller to read on (a streamed reply) and
+// close.
+func (c *Client) exchange(ctx context.Context, cc *transport.ClientConn, m api.Method, req, resp any) (_ *transport.ClientStream, sent bool, err error) {
 	s, err := cc.OpenStream(ctx)
 	if err != nil {
 		c.dropIfBroken(ctx, cc, err)
-		return false, err
+		return nil, false, err
 	}
-	defer s.Close()
 	if err := s.WriteFrame(ctx, uint16(m), req); err != nil {
 		if errors.Is(err, transport.ErrEncode) {
-			return false, err
+			return s, false, err
 		}
 		c.dropIfBroken(ctx, cc, err)
-		return true, err
+		return s, true, err
 	}
 	// NB: finishing the sending side fails if the replica has already
 	// answered and stopped reading (it does once its handler returns),
@@ -639,29 +660,25 @@ func (c *Client) rpcOnce(ctx context.Context, m api.Method, req, resp any) (sent
 	f, err := s.ReadFrame(ctx)
 	if err != nil {
 		c.dropIfBroken(ctx, cc, err)
-		return true, err
+		return s, true, err
 	}
 	c.heardFrom(cc)
 	switch f.Tag {
 	case api.ReplyOK:
 		if err := f.Decode(resp); err != nil {
-			return true, fmt.Errorf("client: decoding %s reply: %w", m, err)
+			return s, true, fmt.Errorf("client: decoding %s reply: %w", m, err)
 		}
-		if info, _ := m.Info(); info.NeedsMaster {
-			// Only the master answers this method: the client reached it.
-			c.succeeded()
-		}
-		return true, nil
+		return s, true, nil
 	case api.ReplyError:
 		ae := &api.Error{}
 		if err := f.Decode(ae); err != nil {
-			return true, fmt.Errorf("client: decoding %s error reply: %w", m, err)
+			return s, true, fmt.Errorf("client: decoding %s error reply: %w", m, err)
 		}
 		c.errorReply(cc, ae)
-		return true, ae
+		return s, true, ae
 	default:
 		c.drop(cc, "")
-		return true, fmt.Errorf("client: %s: unexpected reply tag %#x", m, f.Tag)
+		return s, true, fmt.Errorf("client: %s: unexpected reply tag %#x", m, f.Tag)
 	}
 }
 

@@ -63,41 +63,12 @@ func (c *Client) streamOnce(ctx context.Context, m api.Method, req, head any,
 		return false, err
 	}
 	defer c.release(cc)
-	s, err := cc.OpenStream(ctx)
+	s, _, err := c.exchange(ctx, cc, m, req, head)
+	if s != nil {
+		defer s.Close()
+	}
 	if err != nil {
-		c.dropIfBroken(ctx, cc, err)
 		return false, err
-	}
-	defer s.Close()
-	if err := s.WriteFrame(ctx, uint16(m), req); err != nil {
-		if errors.Is(err, transport.ErrEncode) {
-			return false, err
-		}
-		c.dropIfBroken(ctx, cc, err)
-		return false, err
-	}
-	_ = s.CloseWrite() // NB: see rpcOnce; a fast reply makes this fail harmlessly
-	f, err := s.ReadFrame(ctx)
-	if err != nil {
-		c.dropIfBroken(ctx, cc, err)
-		return false, err
-	}
-	c.heardFrom(cc)
-	switch f.Tag {
-	case api.ReplyOK:
-		if err := f.Decode(head); err != nil {
-			return false, fmt.Errorf("client: decoding %s reply: %w", m, err)
-		}
-	case api.ReplyError:
-		ae := &api.Error{}
-		if err := f.Decode(ae); err != nil {
-			return false, fmt.Errorf("client: decoding %s error reply: %w", m, err)
-		}
-		c.errorReply(cc, ae)
-		return false, ae
-	default:
-		c.drop(cc, "")
-		return false, fmt.Errorf("client: %s: unexpected reply tag %#x", m, f.Tag)
 	}
 	started, err = read(func() (transport.Frame, error) { return s.ReadFrame(ctx) })
 	if err == nil {
