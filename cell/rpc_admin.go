@@ -151,5 +151,11 @@ func handleStepDown(ctx context.Context, c *rpcCall, req *api.StepDownRequest) (
 	if err := c.r.StepDown(ctx, req.Next); err != nil {
 		return nil, apiErr(api.FailedPrecondition, "step-down: "+err.Error())
 	}
-	return &api.StepDownResponse{Successor: c.r.successor.Load()}, nil
+	// StepDown returned once this replica follows another leader: the one
+	// that took over.
+	succ := c.r.successor.Load()
+	if st := c.r.status.Load(); st != nil && st.Leader != 0 && uint64(st.Leader) != c.r.cfg.ID {
+		succ = uint64(st.Leader)
+	}
+	return &api.StepDownResponse{Successor: succ}, nil
 }
