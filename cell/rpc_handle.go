@@ -65,17 +65,28 @@ func (c *rpcCall) cacheable(m *master, h api.Header, hd api.Handle) bool {
 	return m.caches.register(h.Session, hd.Path)
 }
 
-func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
+// beginHandleRead admits a read through an open handle: the handle must
+// be the session's, and the read counts against the tenant's concurrent
+// reads until end is called. cacheable says whether the reply may be
+// cached (see cacheable).
+func (c *rpcCall) beginHandleRead(ctx context.Context, req *api.HandleRequest) (cacheable bool, end func(), err error) {
 	m, err := c.needHandle(req.Header, req.Handle)
 	if err != nil {
-		return nil, err
+		return false, nil, err
 	}
-	end, err := c.read(ctx)
+	end, err = c.read(ctx)
+	if err != nil {
+		return false, nil, err
+	}
+	return c.cacheable(m, req.Header, req.Handle), end, nil
+}
+
+func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
+	cacheable, end, err := c.beginHandleRead(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	cacheable := c.cacheable(m, req.Header, req.Handle)
 	data, st, err := c.r.ns.GetContentsAndStat(c.caller, req.Handle.Path)
 	if err != nil {
 		return nil, err
@@ -87,16 +98,11 @@ func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) 
 }
 
 func handleGetStat(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any, error) {
-	m, err := c.needHandle(req.Header, req.Handle)
-	if err != nil {
-		return nil, err
-	}
-	end, err := c.read(ctx)
+	cacheable, end, err := c.beginHandleRead(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	cacheable := c.cacheable(m, req.Header, req.Handle)
 	st, err := c.r.ns.Stat(c.caller, req.Handle.Path)
 	if err != nil {
 		return nil, err
