@@ -1,6 +1,7 @@
 package cell_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/cell/celltest"
+	"github.com/lockcell/lockcell/transport"
 )
 
 // TestKeepAliveStream: one stream carries the KeepAlives of two sessions
@@ -18,20 +21,7 @@ import (
 // error, nothing changed).
 func TestKeepAliveStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lc := simCell(t, 3, nil)
-		ctx := testCtx(t, 30*time.Second)
-		a := newTestClient(t, lc, "t", "alice")
-		a.createSession(ctx)
-		a2 := newTestClient(t, lc, "t", "alice")
-		a2.createSession(ctx)
-		b := newTestClient(t, lc, "t", "bob")
-		b.createSession(ctx)
-
-		s, err := a.conn.OpenStream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		_, ctx, a, a2, b, s := kaStreamSetup(t)
 		send := func(call uint64, h api.Header) {
 			t.Helper()
 			req := &api.KeepAliveStreamRequest{Call: call, KeepAlive: api.KeepAliveRequest{Header: h}}
@@ -101,20 +91,7 @@ func TestKeepAliveStream(t *testing.T) {
 // frame per batch.
 func TestKeepAliveBatchFrames(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lc := simCell(t, 3, nil)
-		ctx := testCtx(t, 30*time.Second)
-		a := newTestClient(t, lc, "t", "alice")
-		a.createSession(ctx)
-		a2 := newTestClient(t, lc, "t", "alice")
-		a2.createSession(ctx)
-		b := newTestClient(t, lc, "t", "bob")
-		b.createSession(ctx)
-
-		s, err := a.conn.OpenStream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		lc, ctx, a, a2, b, s := kaStreamSetup(t)
 		master, err := lc.WaitMaster(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -181,4 +158,25 @@ func TestKeepAliveBatchFrames(t *testing.T) {
 			t.Fatalf("after the error frame: %v, want EOF", err)
 		}
 	})
+}
+
+// kaStreamSetup starts a simulated cell with sessions of alice (two, a and
+// a2) and bob (b), and opens a stream on a's connection for the KeepAlive
+// stream tests.
+func kaStreamSetup(t *testing.T) (lc *celltest.Cell, ctx context.Context, a, a2, b *testClient, s *transport.ClientStream) {
+	t.Helper()
+	lc = simCell(t, 3, nil)
+	ctx = testCtx(t, 30*time.Second)
+	a = newTestClient(t, lc, "t", "alice")
+	a.createSession(ctx)
+	a2 = newTestClient(t, lc, "t", "alice")
+	a2.createSession(ctx)
+	b = newTestClient(t, lc, "t", "bob")
+	b.createSession(ctx)
+	s, err := a.conn.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return lc, ctx, a, a2, b, s
 }
