@@ -118,3 +118,6 @@ func (e *Endpoint) SetPeers(ctx context.Context, peers, sendOnly map[uint64]stri
 func (e *Endpoint) Peers() []uint64 {
 	return slices.Sorted(maps.Keys(e.set.Load().accept))
 }
+
+// RefusedNotPeer is Stats().RefusedNotPeer, without the rest of Stats.
+func (e *Endpoint) RefusedNotPeer() uint64 { return e.stats.refusedNotPeer.Load() }
