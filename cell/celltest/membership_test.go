@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -197,14 +198,23 @@ func TestAddSixthThenRemoveFifth(t *testing.T) {
 		wantMembers(t, resp, []uint64{1, 2, 3, 4, 6}, nil)
 		waitFor(t, 30*time.Second, "replica 5 learns its removal", func() bool { return c.Replica(5).Status().Removed })
 		// The removed replica serves nobody, and says why.
-		cl := c.Dial(ctx, c.ClientConfig("", "probe"))
 		var st api.CellStatusResponse
 		err = client.AskReplica(ctx, c.ClientConfig("", "probe"), celltest.Addr(5), api.MethodCreateSession, &api.CreateSessionRequest{}, &st)
 		if !errors.Is(err, api.ErrNotMaster) {
 			t.Fatalf("CreateSession at the removed replica 5: %v, want NotMaster", err)
 		}
-		_ = cl
-		refused := c.Master().Status().RefusedPeers
+		if !strings.Contains(err.Error(), "removed") {
+			t.Fatalf("CreateSession at the removed replica 5: %v, want it to say the replica was removed", err)
+		}
+		refusedBy := func() (n uint64) {
+			for _, r := range c.Running() {
+				if r.ID() != 5 {
+					n += r.Status().RefusedPeers
+				}
+			}
+			return n
+		}
+		refused := refusedBy()
 		time.Sleep(2 * time.Second)
 		for _, r := range c.Running() {
 			if r.ID() == 5 {
@@ -215,8 +225,12 @@ func TestAddSixthThenRemoveFifth(t *testing.T) {
 				t.Fatalf("replica %d has voters %v", r.ID(), rs.Voters)
 			}
 		}
-		if got := c.Master().Status().RefusedPeers; got <= refused {
-			t.Logf("the master refused %d peer messages or handshakes before and %d after (replica 5 may have given up)", refused, got)
+		// Replica 5 still runs and still reports its progress to its former
+		// peers: they refuse it.
+		if got := refusedBy(); got <= refused {
+			t.Fatalf("the remaining replicas refused %d handshakes or messages of replicas outside the membership before and %d after 2 s with the removed replica 5 running: they still hear it", refused, got)
+		} else {
+			t.Logf("the remaining replicas refused the removed replica %d times in 2 s", got-refused)
 		}
 		c.Crash(5)
 
@@ -239,5 +253,95 @@ func TestAddSixthThenRemoveFifth(t *testing.T) {
 		before := w.ops.Load()
 		waitFor(t, 30*time.Second, "the clients go on with replica 6 in the quorum", func() bool { return w.ops.Load() > before+50 })
 		w.stop()
+	})
+}
+
+// TestMemberChangeRefusals: membership changes are the administrator's
+// only; bad input (an ID out of range, a bad address, a member's ID at
+// another address, another member's address, an ID used before) gets a
+// clear error and changes nothing; and a replica ID is never used twice.
+func TestMemberChangeRefusals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx := startMemberCell(t)
+		op := adminOp(t, ctx, c)
+		tenant := operator.New(c.Dial(ctx, c.ClientConfig("", "alice")))
+		if _, err := tenant.AddReplica(ctx, 6, celltest.Addr(6)); !errors.Is(err, api.ErrPermissionDenied) {
+			t.Fatalf("a tenant principal's AddReplica: %v, want PermissionDenied", err)
+		}
+		if _, err := tenant.RemoveReplica(ctx, 5); !errors.Is(err, api.ErrPermissionDenied) {
+			t.Fatalf("a tenant principal's RemoveReplica: %v, want PermissionDenied", err)
+		}
+		if _, err := tenant.ReplaceReplica(ctx, 5, 6, celltest.Addr(6)); !errors.Is(err, api.ErrPermissionDenied) {
+			t.Fatalf("a tenant principal's ReplaceReplica: %v, want PermissionDenied", err)
+		}
+		judged := 3
+		before := c.Master().Status()
+		bad := []struct {
+			name string
+			call func() error
+			want string
+		}{
+			{"ID 0", func() error { _, err := op.AddReplica(ctx, 0, celltest.Addr(6)); return err }, "out of range"},
+			{"ID too large", func() error { _, err := op.AddReplica(ctx, 1<<20, celltest.Addr(6)); return err }, "out of range"},
+			{"no port", func() error { _, err := op.AddReplica(ctx, 6, "10.0.0.6"); return err }, "host:port"},
+			{"port 0", func() error { _, err := op.AddReplica(ctx, 6, "10.0.0.6:0"); return err }, "port"},
+			{"member elsewhere", func() error { _, err := op.AddReplica(ctx, 3, celltest.Addr(6)); return err }, "is a member at"},
+			{"member's address", func() error { _, err := op.AddReplica(ctx, 6, celltest.Addr(3)); return err }, "is replica 3's"},
+			{"remove non-member", func() error { _, err := op.RemoveReplica(ctx, 9); return err }, "not a member"},
+			{"replace by itself", func() error { _, err := op.ReplaceReplica(ctx, 4, 4, celltest.Addr(6)); return err }, "new ID"},
+			{"replace non-member", func() error { _, err := op.ReplaceReplica(ctx, 9, 6, celltest.Addr(6)); return err }, "not a member"},
+		}
+		for _, b := range bad {
+			err := b.call()
+			if !errors.Is(err, api.ErrInvalidArgument) || !strings.Contains(err.Error(), b.want) {
+				t.Errorf("%s: %v, want InvalidArgument saying %q", b.name, err, b.want)
+			}
+			judged++
+		}
+		time.Sleep(500 * time.Millisecond)
+		after := c.Master().Status()
+		if !slices.Equal(after.Voters, before.Voters) || after.Learners != nil || after.MembershipSlot != before.MembershipSlot {
+			t.Fatalf("bad input changed the membership: %v/%v at %d, was %v at %d", after.Voters, after.Learners, after.MembershipSlot, before.Voters, before.MembershipSlot)
+		}
+
+		// Remove 5; its ID is then refused for good.
+		if _, err := op.RemoveReplica(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := op.RemoveReplica(ctx, 5) // a repeat reports the membership
+		if err != nil || len(resp.Steps) != 0 {
+			t.Fatalf("repeated RemoveReplica(5): %+v, %v; want no steps and no error", resp, err)
+		}
+		wantMembers(t, resp, []uint64{1, 2, 3, 4}, nil)
+		for _, addr := range []string{celltest.Addr(5), celltest.Addr(7)} {
+			_, err := op.AddReplica(ctx, 5, addr)
+			if !errors.Is(err, api.ErrInvalidArgument) || !strings.Contains(err.Error(), "never reused") {
+				t.Fatalf("AddReplica of the removed ID 5 at %s: %v, want InvalidArgument saying IDs are never reused", addr, err)
+			}
+			judged++
+		}
+		if _, err := op.ReplaceReplica(ctx, 4, 5, celltest.Addr(7)); !errors.Is(err, api.ErrInvalidArgument) {
+			t.Fatalf("ReplaceReplica by the removed ID 5: %v, want InvalidArgument", err)
+		}
+		judged++
+		// The refusal survives a fail-over and a restart of every replica:
+		// the IDs ever used are replicated state.
+		for _, id := range c.IDs() {
+			c.Crash(id)
+		}
+		for _, id := range c.IDs() {
+			if id != 5 {
+				c.Restart(id)
+			}
+		}
+		op = adminOp(t, ctx, c)
+		if _, err := op.AddReplica(ctx, 5, celltest.Addr(5)); !errors.Is(err, api.ErrInvalidArgument) {
+			t.Fatalf("after a restart, AddReplica of the removed ID 5: %v, want InvalidArgument", err)
+		}
+		judged++
+		if st := c.Master().Status(); !slices.Equal(st.Voters, []uint64{1, 2, 3, 4}) || st.MembershipSlot == 0 {
+			t.Fatalf("after a restart the master has voters %v at slot %d, want [1 2 3 4] at the removal's slot", st.Voters, st.MembershipSlot)
+		}
+		t.Logf("%d refusals judged", judged)
 	})
 }
