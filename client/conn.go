@@ -73,6 +73,9 @@ type Client struct {
 		drains  uint64
 		onDrain func(*transport.ClientConn)
 	}
+	// search is the search for the serving master that the client's
+	// sessions share (search.go).
+	search searches
 	// kas holds the KeepAlive stream of the current connection (cur,
 	// guarded by lock: a channel, so that waiting for it heeds a context).
 	kas struct {

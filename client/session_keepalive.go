@@ -424,7 +424,7 @@ func (l *loop) find() {
 	l.stopFind = cancel
 	c, found, stop, gen := l.s.c, l.found, l.s.stop, l.findGen
 	go func() {
-		addr, err := c.findServingMaster(ctx)
+		addr, err := c.sharedSearch(ctx)
 		if err != nil {
 			addr = ""
 		}

@@ -89,31 +89,31 @@ func TestNewSessionShedHonoursContext(t *testing.T) {
 		defer cancel()
 		var retries atomic.Int64
 		cl := shedTenant(t, ctx, c, &retries)
-		// Use up the rate: two sessions now, then one that must wait.
-		for range 2 {
-			s, err := cl.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
+		// Sessions asked for back to back, each given 100 ms: once the
+		// two calls per second are spent, one is shed and cannot open in
+		// time.
+		for i := range 4 {
+			sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			start := time.Now()
+			s, err := cl.NewSession(sctx)
+			took := time.Since(start)
+			scancel()
+			if err == nil {
+				defer s.Close(context.Background())
+				continue
 			}
-			defer s.Close(context.Background())
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, api.ErrResourceExhausted) {
+				t.Errorf("err = %v, want the deadline and the shedding", err)
+			}
+			if took > 150*time.Millisecond {
+				t.Errorf("NewSession returned %v after its 100 ms deadline began", took)
+			}
+			if retries.Load() == 0 {
+				t.Error("the refused CreateSession was not shed")
+			}
+			t.Logf("session %d shed; NewSession returned after %v", i, took)
+			return
 		}
-		sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		defer scancel()
-		start := time.Now()
-		s, err := cl.NewSession(sctx)
-		took := time.Since(start)
-		if err == nil {
-			s.Close(context.Background())
-			t.Fatal("NewSession succeeded over the rate within 100 ms")
-		}
-		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, api.ErrResourceExhausted) {
-			t.Errorf("err = %v, want the deadline and the shedding", err)
-		}
-		if took > 150*time.Millisecond {
-			t.Errorf("NewSession returned %v after its 100 ms deadline began", took)
-		}
-		if retries.Load() == 0 {
-			t.Error("the third CreateSession was not shed")
-		}
+		t.Fatal("four sessions opened within 100 ms each at two calls per second: nothing was shed")
 	})
 }
