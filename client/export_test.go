@@ -46,3 +46,12 @@ func OnDrain(c *Client, f func(*transport.ClientConn)) {
 	defer c.mu.Unlock()
 	c.mu.onDrain = f
 }
+
+// SearchesStarted returns how many searches for the serving master the
+// client has begun (one is shared by every session that looks while it
+// runs).
+func SearchesStarted(c *Client) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.lookups
+}
