@@ -34,12 +34,7 @@ import (
 // stamp is taken when the run loop proposes a command, so one that waited
 // in a queue is stamped when it really enters Paxos.
 type scheduler struct {
-	r *Replica
-	// weight returns a tenant's fair-share weight (≥ 1).
-	weight func(tenant string) int
-	// wake tells the run loop that a command was queued or a window place
-	// freed (pipeline.poke).
-	wake func()
+	d schedDeps
 
 	mu struct {
 		sync.Mutex
@@ -61,11 +56,34 @@ type tenantQueue struct {
 	credit int
 }
 
-// newScheduler returns the scheduler of a master role; wake tells the run
-// loop that there is something to dispatch.
-func newScheduler(r *Replica, lim *limiter, wake func()) *scheduler {
-	s := &scheduler{r: r, wake: wake}
-	s.weight = func(tenant string) int { return weightOf(lim.quota(tenant)) }
+// schedDeps is everything the scheduler needs from outside: two numbers
+// of the replica's configuration and a few functions its master role
+// builds (newMaster). Every function must be set.
+type schedDeps struct {
+	// window is Config.ProposalWindow: the tenant commands that may be
+	// between their queue and their applied result at once.
+	window int
+	// queue is Config.TenantQueue: a tenant's queue bound per unit of
+	// weight.
+	queue int
+	// weight returns a tenant's fair-share weight (≥ 1).
+	weight func(tenant string) int
+	// wake tells the run loop that a command was queued or a window place
+	// freed (pipeline.poke).
+	wake func()
+	// stopped is the error for a command the ended master role will not
+	// propose (NotMaster naming the master, if one is known).
+	stopped func() error
+	// shed counts a command of tenant refused because its queue was full.
+	shed func(tenant, reason string)
+	// queued reports that tenant's queue grew (+1) or shrank (-1); it may
+	// be called with the scheduler's mutex held, so it must not block.
+	queued func(tenant string, delta int)
+}
+
+// newScheduler returns the scheduler of a master role.
+func newScheduler(d schedDeps) *scheduler {
+	s := &scheduler{d: d}
 	s.mu.queues = map[string]*tenantQueue{}
 	return s
 }
@@ -76,24 +94,24 @@ func (s *scheduler) submit(tenant string, it *proposal, force bool) error {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
-		return s.r.notMaster()
+		return s.d.stopped()
 	}
 	q := s.mu.queues[tenant]
 	if q == nil {
-		q = &tenantQueue{weight: s.weight(tenant)}
+		q = &tenantQueue{weight: s.d.weight(tenant)}
 		s.mu.queues[tenant] = q
 		s.mu.ring = append(s.mu.ring, tenant)
 	}
-	limit := s.r.cfg.TenantQueue * q.weight
+	limit := s.d.queue * q.weight
 	if !force && len(q.items) >= limit {
 		s.mu.Unlock()
-		s.r.metrics.shed(tenant, "queue_full")
+		s.d.shed(tenant, "queue_full")
 		return api.RetryAfterError(fmt.Sprintf("tenant %q: %d commands queued at the master; it is saturated", tenant, limit), 20*time.Millisecond)
 	}
 	q.items = append(q.items, it)
-	s.r.metrics.tenantQueued.WithLabelValues(tenant).Inc()
+	s.d.queued(tenant, +1)
 	s.mu.Unlock()
-	s.wake()
+	s.d.wake()
 	return nil
 }
 
@@ -101,7 +119,7 @@ func (s *scheduler) submit(tenant string, it *proposal, force bool) error {
 // full or nothing is queued.
 // REQUIRES: s.mu held.
 func (s *scheduler) nextLocked() (string, *proposal) {
-	if s.mu.inflight >= s.r.cfg.ProposalWindow {
+	if s.mu.inflight >= s.d.window {
 		return "", nil
 	}
 	for len(s.mu.ring) > 0 {
@@ -141,7 +159,7 @@ func (s *scheduler) next() *proposal {
 	if p == nil {
 		return nil
 	}
-	s.r.metrics.tenantQueued.WithLabelValues(tenant).Dec()
+	s.d.queued(tenant, -1)
 	p.sched = s
 	return p
 }
@@ -154,7 +172,7 @@ func (s *scheduler) finished() {
 	waiting := len(s.mu.ring) > 0
 	s.mu.Unlock()
 	if waiting {
-		s.wake()
+		s.d.wake()
 	}
 }
 
@@ -169,11 +187,11 @@ func (s *scheduler) close() {
 	s.mu.ring = nil
 	s.mu.closed = true
 	s.mu.Unlock()
-	defer s.wake()
+	defer s.d.wake()
 	for tenant, q := range queues {
 		for _, p := range q.items {
-			s.r.metrics.tenantQueued.WithLabelValues(tenant).Dec()
-			p.finish(namespace.Result{}, s.r.notMaster())
+			s.d.queued(tenant, -1)
+			p.finish(namespace.Result{}, s.d.stopped())
 		}
 	}
 }

@@ -73,17 +73,35 @@ func TestBucketProperty(t *testing.T) {
 	}
 }
 
-func testScheduler(window, queue int, weights map[string]int) *scheduler {
-	r := &Replica{cfg: Config{ProposalWindow: window, TenantQueue: queue}}
-	r.metrics = newMetrics(r)
-	s := newScheduler(r, nil, func() {})
-	s.weight = func(t string) int {
-		if w := weights[t]; w > 0 {
-			return w
-		}
-		return 1
-	}
-	return s
+// schedRecord is what a test scheduler reported through its deps.
+type schedRecord struct {
+	queued map[string]int // the queue gauges
+	shed   map[string]int // "tenant/reason" → count
+	wakes  int
+}
+
+// errTestStopped stands for NotMaster in scheduler tests.
+var errTestStopped = errors.New("test: the master role ended")
+
+// testScheduler builds a scheduler on fake dependencies alone: no Replica,
+// no metrics registry, no run loop.
+func testScheduler(window, queue int, weights map[string]int) (*scheduler, *schedRecord) {
+	rec := &schedRecord{queued: map[string]int{}, shed: map[string]int{}}
+	s := newScheduler(schedDeps{
+		window: window,
+		queue:  queue,
+		weight: func(t string) int {
+			if w := weights[t]; w > 0 {
+				return w
+			}
+			return 1
+		},
+		wake:    func() { rec.wakes++ },
+		stopped: func() error { return errTestStopped },
+		shed:    func(tenant, reason string) { rec.shed[tenant+"/"+reason]++ },
+		queued:  func(tenant string, d int) { rec.queued[tenant] += d },
+	})
+	return s, rec
 }
 
 func submitN(t *testing.T, s *scheduler, tenant string, n int) {
@@ -116,7 +134,7 @@ func drainOrder(s *scheduler) []string {
 // TestSchedulerWeightedRoundRobin: a flooding tenant's backlog does not
 // delay another tenant's commands beyond one turn; weights share turns.
 func TestSchedulerWeightedRoundRobin(t *testing.T) {
-	s := testScheduler(1000, 100, map[string]int{"c": 2})
+	s, _ := testScheduler(1000, 100, map[string]int{"c": 2})
 	submitN(t, s, "a", 10) // the flood arrives first
 	submitN(t, s, "b", 2)
 	submitN(t, s, "c", 4)
@@ -136,12 +154,15 @@ func TestSchedulerWeightedRoundRobin(t *testing.T) {
 // at once, and a tenant's full queue sheds with ResourceExhausted and a
 // RetryAfter while another tenant's still accepts.
 func TestSchedulerWindowAndShedding(t *testing.T) {
-	s := testScheduler(2, 3, nil)
+	s, rec := testScheduler(2, 3, nil)
 	submitN(t, s, "a", 3)
 	err := s.submit("a", &proposal{done: func(namespace.Result, error) {}}, false)
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Code != api.ResourceExhausted || ae.RetryAfter <= 0 {
 		t.Fatalf("submit to a full queue: %v; want ResourceExhausted with RetryAfter", err)
+	}
+	if rec.shed["a/queue_full"] != 1 || len(rec.shed) != 1 || rec.queued["a"] != 3 {
+		t.Fatalf("after one shed: shed %v, queued %v; want a/queue_full once and 3 queued", rec.shed, rec.queued)
 	}
 	if err := s.submit("a", &proposal{done: func(namespace.Result, error) {}}, true); err != nil {
 		t.Fatalf("a forced submit was shed: %v", err)
@@ -166,6 +187,62 @@ func TestSchedulerWindowAndShedding(t *testing.T) {
 	s.mu.Unlock()
 	if it == nil || tenant != "a" {
 		t.Fatalf("after one finished: %q %v; want a", tenant, it)
+	}
+}
+
+// TestSchedulerClose: closing answers every queued command with the
+// stopped error exactly once (none was proposed), refuses later submits
+// with it, wakes the run loop, and gives the queue gauges back to zero;
+// a command already dispatched is not answered by close.
+func TestSchedulerClose(t *testing.T) {
+	s, rec := testScheduler(1, 10, map[string]int{"b": 3})
+	outcomes := map[string][]error{}
+	submit := func(tenant string, n int) {
+		for i := 0; i < n; i++ {
+			if err := s.submit(tenant, &proposal{done: func(_ namespace.Result, err error) {
+				outcomes[tenant] = append(outcomes[tenant], err)
+			}}, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	submit("a", 2)
+	submit("b", 4)
+	if rec.queued["a"] != 2 || rec.queued["b"] != 4 || rec.wakes != 6 {
+		t.Fatalf("queued %v after %d wakes; want a:2 b:4 after 6", rec.queued, rec.wakes)
+	}
+	first := s.next()
+	if first == nil || rec.queued["a"] != 1 {
+		t.Fatalf("next: %v, queued %v; want a's first, a:1", first, rec.queued)
+	}
+	wakes := rec.wakes
+	s.close()
+	if rec.wakes != wakes+1 {
+		t.Fatalf("close woke the run loop %d times; want once", rec.wakes-wakes)
+	}
+	if rec.queued["a"] != 0 || rec.queued["b"] != 0 {
+		t.Fatalf("queue gauges after close: %v; want zero", rec.queued)
+	}
+	judged := 0
+	for tenant, want := range map[string]int{"a": 1, "b": 4} {
+		if len(outcomes[tenant]) != want {
+			t.Fatalf("tenant %s: %d answers at close; want %d (its queued commands, not the dispatched one)", tenant, len(outcomes[tenant]), want)
+		}
+		for _, err := range outcomes[tenant] {
+			if !errors.Is(err, errTestStopped) {
+				t.Fatalf("a queued command was answered %v at close; want the stopped error", err)
+			}
+			judged++
+		}
+	}
+	if judged != 5 {
+		t.Fatalf("judged %d answers; want 5", judged)
+	}
+	if err := s.submit("a", &proposal{done: func(namespace.Result, error) {}}, true); !errors.Is(err, errTestStopped) {
+		t.Fatalf("submit after close: %v; want the stopped error", err)
+	}
+	if p := s.next(); p != nil {
+		t.Fatal("next after close dispatched a command")
 	}
 }
 

@@ -55,7 +55,15 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &master{r: r, epoch: epoch, sessions: mgr, ctx: ctx, cancel: cancel}
 	m.lim = newLimiter(r)
-	m.sched = newScheduler(r, m.lim, r.pipe.poke)
+	m.sched = newScheduler(schedDeps{
+		window:  r.cfg.ProposalWindow,
+		queue:   r.cfg.TenantQueue,
+		weight:  func(tenant string) int { return weightOf(m.lim.quota(tenant)) },
+		wake:    r.pipe.poke,
+		stopped: func() error { return r.notMaster() },
+		shed:    r.metrics.shed,
+		queued:  r.metrics.tenantQueue,
+	})
 	m.owners = newSessionOwners()
 	m.subs = newSubscriptions(m.owners.owner,
 		func(c namespace.Caller, path string) (bool, error) { return r.ns.Allowed(c, path, api.PermRead) },

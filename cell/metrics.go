@@ -148,6 +148,12 @@ func (m *metrics) shed(tenant, reason string) {
 	m.tenantShed.WithLabelValues(tenant, reason).Inc()
 }
 
+// tenantQueue counts delta commands into (or, negative, out of) tenant's
+// fair-share queue.
+func (m *metrics) tenantQueue(tenant string, delta int) {
+	m.tenantQueued.WithLabelValues(tenant).Add(float64(delta))
+}
+
 // transportCollector exports the endpoint's counters.
 type transportCollector struct{ r *Replica }
 

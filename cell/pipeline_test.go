@@ -78,8 +78,15 @@ func newPipeRig(t *testing.T) *pipeRig {
 // startMaster starts a master role (of which the pipeline uses only the
 // scheduler).
 func (g *pipeRig) startMaster() {
-	s := newScheduler(g.r, nil, g.pl.poke)
-	s.weight = func(string) int { return 1 }
+	s := newScheduler(schedDeps{
+		window:  g.r.cfg.ProposalWindow,
+		queue:   g.r.cfg.TenantQueue,
+		weight:  func(string) int { return 1 },
+		wake:    g.pl.poke,
+		stopped: func() error { return g.r.notMaster() },
+		shed:    func(string, string) {},
+		queued:  func(string, int) {},
+	})
 	g.m = &master{sched: s}
 }
 
@@ -388,7 +395,7 @@ func TestPipelineAnswersOnce(t *testing.T) {
 // exactly once with its answer, so a later command gets in.
 func TestPipelineWindowFreed(t *testing.T) {
 	g := newPipeRig(t)
-	g.r.cfg.TenantQueue = 100
+	g.m.sched.d.queue = 100
 	bg := context.Background()
 	for i := 0; i < 8; i++ {
 		g.submit(bg, "w", originRequest, tenantA, &namespace.CreateSession{})
