@@ -2,76 +2,11 @@ package cell
 
 import (
 	"errors"
-	"math"
 	"testing"
-	"testing/quick"
-	"testing/synctest"
-	"time"
 
 	"github.com/lockcell/lockcell/api"
-	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
 )
-
-// TestBucket checks the token bucket against its definition: a full burst
-// at first, then exactly rate tokens per second, never more than burst.
-func TestBucket(t *testing.T) {
-	var b bucket
-	now := monotime.Time(1_000_000)
-	for i := 0; i < 5; i++ {
-		if ok, _ := b.take(now, 5, 5); !ok {
-			t.Fatalf("take %d of a full bucket of 5 refused", i)
-		}
-	}
-	ok, wait := b.take(now, 5, 5)
-	if ok || wait != 200*time.Millisecond {
-		t.Fatalf("empty bucket: ok=%v wait=%v; want refused, 200ms", ok, wait)
-	}
-	now = now.Add(200 * time.Millisecond)
-	if ok, _ := b.take(now, 5, 5); !ok {
-		t.Fatal("a token refilled after 1/rate was refused")
-	}
-	if ok, _ := b.take(now, 5, 5); ok {
-		t.Fatal("1/rate refilled more than one token")
-	}
-	now = now.Add(time.Hour)
-	n := 0
-	for {
-		if ok, _ := b.take(now, 5, 5); !ok {
-			break
-		}
-		n++
-	}
-	if n != 5 {
-		t.Fatalf("after an idle hour the bucket gave %d tokens; want the burst, 5", n)
-	}
-	if ok, _ := b.take(now, 0, 0); !ok {
-		t.Fatal("rate 0 (unlimited) refused")
-	}
-}
-
-// TestBucketProperty: over any schedule of takes, the tokens granted never
-// exceed burst + rate × elapsed (the dumb reference bound).
-func TestBucketProperty(t *testing.T) {
-	f := func(rate8 uint8, gaps []uint16) bool {
-		rate := float64(rate8%50 + 1)
-		var b bucket
-		start := monotime.Time(0)
-		now := start
-		granted := 0
-		for _, g := range gaps {
-			now = now.Add(time.Duration(g%100) * time.Millisecond)
-			if ok, _ := b.take(now, rate, rate); ok {
-				granted++
-			}
-		}
-		bound := rate + rate*now.Sub(start).Seconds()
-		return float64(granted) <= math.Floor(bound)+1e-9
-	}
-	if err := quick.Check(f, &quick.Config{MaxCount: 500}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // schedRecord is what a test scheduler reported through its deps.
 type schedRecord struct {
@@ -243,60 +178,5 @@ func TestSchedulerClose(t *testing.T) {
 	}
 	if p := s.next(); p != nil {
 		t.Fatal("next after close dispatched a command")
-	}
-}
-
-// TestReadCap: a tenant's reads beyond its cap wait, beyond twice the cap
-// they are shed, and another tenant's are not affected.
-func TestReadCap(t *testing.T) { synctest.Test(t, testReadCap) }
-
-func testReadCap(t *testing.T) {
-	r := &Replica{cfg: Config{TenantReadConcurrency: 2, TenantQueue: 2}}
-	r.metrics = newMetrics(r)
-	l := newLimiter(r)
-	l.mu.tenants["a"] = &tenantLimits{loaded: true, readFree: make(chan struct{}, 1)}
-	l.mu.tenants["b"] = &tenantLimits{loaded: true, readFree: make(chan struct{}, 1)}
-	never := make(chan struct{})
-	var ends []func()
-	for i := 0; i < 2; i++ {
-		end, err := l.beginRead(never, "a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ends = append(ends, end)
-	}
-	got := make(chan error, 2)
-	for i := 0; i < 2; i++ {
-		go func() {
-			end, err := l.beginRead(never, "a")
-			if err == nil {
-				end()
-			}
-			got <- err
-		}()
-	}
-	// Both extra reads wait; a fifth is shed.
-	synctest.Wait()
-	l.mu.Lock()
-	q := l.mu.tenants["a"].readQueue
-	l.mu.Unlock()
-	if q != 2 {
-		t.Fatalf("%d reads wait; want 2", q)
-	}
-	if _, err := l.beginRead(never, "a"); !errors.Is(err, api.ErrResourceExhausted) {
-		t.Fatalf("read beyond the queue: %v; want ResourceExhausted", err)
-	}
-	endB, err := l.beginRead(never, "b")
-	if err != nil {
-		t.Fatalf("another tenant's read: %v", err)
-	}
-	endB()
-	for _, end := range ends {
-		end()
-	}
-	for i := 0; i < 2; i++ {
-		if err := <-got; err != nil {
-			t.Fatalf("a waiting read: %v", err)
-		}
 	}
 }

@@ -66,8 +66,7 @@ type tenantLimits struct {
 
 // limiter holds the master's per-tenant limits.
 type limiter struct {
-	r   *Replica
-	now func() monotime.Time
+	d limiterDeps
 
 	mu struct {
 		sync.Mutex
@@ -75,8 +74,29 @@ type limiter struct {
 	}
 }
 
-func newLimiter(r *Replica) *limiter {
-	l := &limiter{r: r, now: monotime.Now}
+// limiterDeps is everything the limiter needs from outside: two numbers of
+// the replica's configuration and the functions its master role builds
+// (newMaster). Every function must be set.
+type limiterDeps struct {
+	// quota returns tenant's quota from the applied state, and false if
+	// the tenant does not exist (or its record cannot be read now). It is
+	// called with the limiter's mutex held, so it must not call back into
+	// the limiter.
+	quota func(tenant string) (api.TenantQuota, bool)
+	// readCap is Config.TenantReadConcurrency: the reads a tenant may run
+	// at once per unit of weight.
+	readCap int
+	// queue is Config.TenantQueue: the reads a tenant may have waiting per
+	// unit of weight before more are shed.
+	queue int
+	// shed counts a call of tenant refused by a limit, by reason.
+	shed func(tenant, reason string)
+	// now is the monotonic clock the token buckets refill by.
+	now func() monotime.Time
+}
+
+func newLimiter(d limiterDeps) *limiter {
+	l := &limiter{d: d}
 	l.mu.tenants = map[string]*tenantLimits{}
 	return l
 }
@@ -91,8 +111,8 @@ func (l *limiter) tenantLocked(tenant string) *tenantLimits {
 		l.mu.tenants[tenant] = t
 	}
 	if !t.loaded {
-		if info, err := l.r.ns.Tenant(l.r.admin(), tenant); err == nil {
-			t.quota, t.loaded = info.Quota, true
+		if q, ok := l.d.quota(tenant); ok {
+			t.quota, t.loaded = q, true
 		}
 		// A tenant that does not exist has no limits here: every call of
 		// its principals fails in the namespace (Unauthenticated).
@@ -132,8 +152,8 @@ func (l *limiter) allowOp(tenant string) error {
 	defer l.mu.Unlock()
 	t := l.tenantLocked(tenant)
 	rate := float64(t.quota.OpsPerSecond)
-	if ok, wait := t.ops.take(l.now(), rate, rate); !ok {
-		l.r.metrics.shed(tenant, "ops_per_second")
+	if ok, wait := t.ops.take(l.d.now(), rate, rate); !ok {
+		l.d.shed(tenant, "ops_per_second")
 		return api.RetryAfterError(fmt.Sprintf("tenant %q: quota ops_per_second (%d) exceeded", tenant, t.quota.OpsPerSecond), wait)
 	}
 	return nil
@@ -145,8 +165,8 @@ func (l *limiter) allowKeepAlive(tenant string) error {
 	defer l.mu.Unlock()
 	t := l.tenantLocked(tenant)
 	rate := float64(t.quota.KeepAlivesPerSecond)
-	if ok, wait := t.keepalives.take(l.now(), rate, rate); !ok {
-		l.r.metrics.shed(tenant, "keepalives_per_second")
+	if ok, wait := t.keepalives.take(l.d.now(), rate, rate); !ok {
+		l.d.shed(tenant, "keepalives_per_second")
 		return api.RetryAfterError(fmt.Sprintf("tenant %q: quota keepalives_per_second (%d) exceeded", tenant, t.quota.KeepAlivesPerSecond), wait)
 	}
 	return nil
@@ -159,7 +179,7 @@ func (l *limiter) addWaiter(tenant string) error {
 	defer l.mu.Unlock()
 	t := l.tenantLocked(tenant)
 	if max := t.quota.MaxWaiters; max != 0 && t.waiters >= max {
-		l.r.metrics.shed(tenant, "max_waiters")
+		l.d.shed(tenant, "max_waiters")
 		return api.QuotaError(tenant, "max_waiters", max)
 	}
 	t.waiters++
@@ -188,7 +208,7 @@ func (l *limiter) waiters(tenant string) uint64 {
 // per tenant, and as many again may wait for a slot; beyond that the read
 // is shed. The returned end must be called when the read is done.
 func (l *limiter) beginRead(done <-chan struct{}, tenant string) (end func(), err error) {
-	capOf := func(t *tenantLimits) int { return l.r.cfg.TenantReadConcurrency * weightOf(t.quota) }
+	capOf := func(t *tenantLimits) int { return l.d.readCap * weightOf(t.quota) }
 	l.mu.Lock()
 	t := l.tenantLocked(tenant)
 	if t.reads < capOf(t) {
@@ -199,9 +219,9 @@ func (l *limiter) beginRead(done <-chan struct{}, tenant string) (end func(), er
 	// Reads are short: queue as many as the tenant may queue proposals
 	// (TenantQueue per unit of weight) before shedding, so that one tenant
 	// alone on the cell is never refused.
-	if t.readQueue >= l.r.cfg.TenantQueue*weightOf(t.quota) {
+	if t.readQueue >= l.d.queue*weightOf(t.quota) {
 		l.mu.Unlock()
-		l.r.metrics.shed(tenant, "read_concurrency")
+		l.d.shed(tenant, "read_concurrency")
 		return nil, api.RetryAfterError(fmt.Sprintf("tenant %q: too many concurrent reads; the master is saturated", tenant), 10*time.Millisecond)
 	}
 	t.readQueue++

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/session"
 )
@@ -54,7 +55,16 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &master{r: r, epoch: epoch, sessions: mgr, ctx: ctx, cancel: cancel}
-	m.lim = newLimiter(r)
+	m.lim = newLimiter(limiterDeps{
+		quota: func(tenant string) (api.TenantQuota, bool) {
+			info, err := r.ns.Tenant(r.admin(), tenant)
+			return info.Quota, err == nil
+		},
+		readCap: r.cfg.TenantReadConcurrency,
+		queue:   r.cfg.TenantQueue,
+		shed:    r.metrics.shed,
+		now:     monotime.Now,
+	})
 	m.sched = newScheduler(schedDeps{
 		window:  r.cfg.ProposalWindow,
 		queue:   r.cfg.TenantQueue,

@@ -72,12 +72,14 @@ func TestAdmissionByClass(t *testing.T) {
 	r.status.Store(&paxos.Status{Master: true})
 	r.leaseDeadline.Store(int64(monotime.Now().Add(time.Hour)))
 	fresh := func() *limiter {
-		l := newLimiter(r)
 		now := monotime.Now()
-		l.now = func() monotime.Time { return now }
-		l.mu.tenants[tenant] = &tenantLimits{loaded: true, readFree: make(chan struct{}, 1),
-			quota: api.TenantQuota{OpsPerSecond: 1, KeepAlivesPerSecond: 1}}
-		return l
+		return newLimiter(limiterDeps{
+			quota: func(string) (api.TenantQuota, bool) {
+				return api.TenantQuota{OpsPerSecond: 1, KeepAlivesPerSecond: 1}, true
+			},
+			shed: r.metrics.shed,
+			now:  func() monotime.Time { return now },
+		})
 	}
 	call := func(mi api.MethodInfo, caller namespace.Caller) error {
 		c := &rpcCall{r: r, method: mi.Method, info: mi, caller: caller}
