@@ -7,7 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
+	"github.com/lockcell/lockcell/transport"
 )
 
 // metrics are one replica's Prometheus metrics, in a registry of its own so
@@ -46,9 +48,30 @@ type metrics struct {
 	tenantQueued  *prometheus.GaugeVec
 }
 
-func newMetrics(r *Replica) *metrics {
+// metricsSources are where the metrics computed when scraped come from;
+// the replica builds them at start. A nil source's metrics are not
+// exported (unit tests that need only the counters leave them out).
+type metricsSources struct {
+	// sums is the replica's state comparison, whose counters are exported
+	// beside the rest.
+	sums *sumCompare
+	// sessions returns the live sessions known to this replica's master
+	// role (0 when it is not the master).
+	sessions func() int
+	// locksHeld returns the lock grants held in the applied state
+	// (countLocksHeld).
+	locksHeld func() int
+	// transport returns the endpoint's counters, and false before the
+	// endpoint is up.
+	transport func() (transport.Stats, bool)
+}
+
+// newMetrics creates a replica's metrics in a registry of their own.
+func newMetrics(src metricsSources) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
-	registerSumMetrics(m.reg, &r.sums)
+	if src.sums != nil {
+		registerSumMetrics(m.reg, src.sums)
+	}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lockcell", Name: name, Help: help})
@@ -95,16 +118,19 @@ func newMetrics(r *Replica) *metrics {
 	f(m.tenantShed)
 	m.tenantQueued = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "lockcell", Name: "tenant_queued_commands", Help: "Commands waiting in a tenant's fair-share queue at the master."}, []string{"tenant"})
 	f(m.tenantQueued)
-	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lockcell", Name: "sessions", Help: "Live sessions known to this master."}, func() float64 {
-		if ms := r.master.Load(); ms != nil {
-			return float64(ms.sessions.Sessions())
-		}
-		return 0
-	}))
-	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lockcell", Name: "locks_held", Help: "Lock grants held (a shared lock held by three sessions counts three), from the applied state; computed when scraped."}, func() float64 {
-		return float64(r.locksHeld())
-	}))
-	f(transportCollector{r})
+	if src.sessions != nil {
+		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lockcell", Name: "sessions", Help: "Live sessions known to this master."}, func() float64 {
+			return float64(src.sessions())
+		}))
+	}
+	if src.locksHeld != nil {
+		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lockcell", Name: "locks_held", Help: "Lock grants held (a shared lock held by three sessions counts three), from the applied state; computed when scraped."}, func() float64 {
+			return float64(src.locksHeld())
+		}))
+	}
+	if src.transport != nil {
+		f(transportCollector{src.transport})
+	}
 	return m
 }
 
@@ -155,17 +181,19 @@ func (m *metrics) tenantQueue(tenant string, delta int) {
 }
 
 // transportCollector exports the endpoint's counters.
-type transportCollector struct{ r *Replica }
+type transportCollector struct {
+	stats func() (transport.Stats, bool)
+}
 
 var transportDesc = prometheus.NewDesc("lockcell_transport_events_total", "Transport counters (bytes, frames, drops, reconnects, refusals).", []string{"counter"}, nil)
 
 func (transportCollector) Describe(ch chan<- *prometheus.Desc) { ch <- transportDesc }
 
 func (c transportCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.r.ep == nil {
+	s, ok := c.stats()
+	if !ok {
 		return
 	}
-	s := c.r.ep.Stats()
 	for _, kv := range []struct {
 		name string
 		v    uint64
@@ -184,17 +212,25 @@ func (c transportCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// locksHeld counts the lock grants held in the applied state, over every
-// tenant. It walks the lock index, so it runs only when metrics are scraped.
-func (r *Replica) locksHeld() int {
-	admin := r.admin()
-	tenants, err := r.ns.ListTenants(admin)
+// lockLister is the part of the applied state countLocksHeld reads
+// (namespace.Store).
+type lockLister interface {
+	ListTenants(c namespace.Caller) ([]api.TenantInfo, error)
+	ListLocks(c namespace.Caller, tenant string) ([]api.LockInfo, error)
+}
+
+// countLocksHeld counts the lock grants held in st, over every tenant, as
+// the administrator admin sees them (a shared lock held by three sessions
+// counts three). It walks the lock index, so it runs only when metrics are
+// scraped or the status page is rendered.
+func countLocksHeld(st lockLister, admin namespace.Caller) int {
+	tenants, err := st.ListTenants(admin)
 	if err != nil {
 		return 0
 	}
 	n := 0
 	for _, t := range tenants {
-		locks, err := r.ns.ListLocks(admin, t.Name)
+		locks, err := st.ListLocks(admin, t.Name)
 		if err != nil {
 			continue
 		}

@@ -39,7 +39,7 @@ type pipeRig struct {
 func newPipeRig(t *testing.T) *pipeRig {
 	g := &pipeRig{t: t, leased: true, cmds: map[paxos.ProposalID]namespace.Command{}}
 	g.r = &Replica{cfg: Config{ProposalWindow: 4, TenantQueue: 3}}
-	g.r.metrics = newMetrics(g.r)
+	g.r.metrics = newMetrics(metricsSources{})
 	g.pl = newPipeline(pipelineEnv{
 		master: func() (*master, bool) { return g.m, g.m != nil && g.leased },
 		propose: func(data []byte) (paxos.ProposalID, error) {

@@ -223,7 +223,22 @@ func (r *Replica) open(ctx context.Context) error {
 	if err := r.loadMembers(pids); err != nil {
 		return err
 	}
-	r.metrics = newMetrics(r)
+	r.metrics = newMetrics(metricsSources{
+		sums: &r.sums,
+		sessions: func() int {
+			if ms := r.master.Load(); ms != nil {
+				return ms.sessions.Sessions()
+			}
+			return 0
+		},
+		locksHeld: r.locksHeld,
+		transport: func() (transport.Stats, bool) {
+			if r.ep == nil {
+				return transport.Stats{}, false
+			}
+			return r.ep.Stats(), true
+		},
+	})
 	r.sums.record(r.ns.AppliedSlot(), r.ns.Checksum())
 	r.reportLoss(&st)
 	peers, _ := r.wantPeers(st.Members)
@@ -1106,3 +1121,7 @@ func (q quietPebbleLogger) Fatalf(format string, args ...any) {
 	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 	os.Exit(1)
 }
+
+// locksHeld counts the lock grants held in the applied state (metrics and
+// the status page show it).
+func (r *Replica) locksHeld() int { return countLocksHeld(r.ns, r.admin()) }

@@ -68,7 +68,7 @@ func TestEveryMethodServed(t *testing.T) {
 func TestAdmissionByClass(t *testing.T) {
 	const tenant = "t"
 	r := &Replica{cfg: Config{AdminPrincipal: DefaultAdminPrincipal}}
-	r.metrics = newMetrics(r)
+	r.metrics = newMetrics(metricsSources{})
 	r.status.Store(&paxos.Status{Master: true})
 	r.leaseDeadline.Store(int64(monotime.Now().Add(time.Hour)))
 	fresh := func() *limiter {
