@@ -32,7 +32,14 @@ func (r *Replica) startHTTP() error {
 			RebuildDetail *RebuildStatus `json:"RebuildDetail,omitempty"`
 		}{r.cellStatus(), r.rebuild.Load()})
 	})
-	mux.HandleFunc("/{$}", r.serveStatusPage)
+	mux.Handle("/{$}", &statusPageHandler{state: &r.page, src: pageSources{
+		status:    r.cellStatus,
+		readiness: r.readiness,
+		rebuild:   r.rebuild.Load,
+		tenants:   func() ([]api.TenantInfo, error) { return r.ns.ListTenants(r.admin()) },
+		counters:  func() map[string]tenantCounts { return tenantCounters(r.metrics.reg) },
+		locksHeld: r.locksHeld,
+	}})
 	if r.cfg.Faults != nil {
 		h := http.StripPrefix("/debug/faults", r.cfg.Faults.Handler())
 		mux.Handle("/debug/faults", h)

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/paxos"
@@ -134,10 +136,11 @@ func (p *pageState) rates(cur map[string]tenantCounts) (map[string]tenantCounts,
 	return out, window
 }
 
-// tenantCounters reads the per-tenant call counters from the metrics.
-func (r *Replica) tenantCounters() map[string]tenantCounts {
+// tenantCounters reads the per-tenant call counters from a replica's
+// metrics (lockcell_rpcs_total and lockcell_tenant_shed_total).
+func tenantCounters(g prometheus.Gatherer) map[string]tenantCounts {
 	out := map[string]tenantCounts{}
-	fams, err := r.metrics.reg.Gather()
+	fams, err := g.Gather()
 	if err != nil {
 		return out
 	}
@@ -204,20 +207,47 @@ type pageData struct {
 	RefreshMs  int64
 }
 
-func (r *Replica) pageData() pageData {
-	cs := r.cellStatus()
-	ready, why := r.readiness()
-	d := pageData{CellStatusResponse: cs, Ready: ready, Readiness: why, Rebuild: r.rebuild.Load(),
+// pageSources is where the status page's data comes from; the replica
+// builds them when it starts its HTTP listener (http.go). Every function
+// must be set; each is called once per render.
+type pageSources struct {
+	// status is the replica's CellStatus answer (what /status shows).
+	status func() *api.CellStatusResponse
+	// readiness is what /readyz answers.
+	readiness func() (ok bool, reason string)
+	// rebuild describes the loss of state the replica started with; nil
+	// if it started with its state.
+	rebuild func() *RebuildStatus
+	// tenants lists the tenants of the applied state with their usage.
+	tenants func() ([]api.TenantInfo, error)
+	// counters returns the per-tenant call counters (tenantCounters).
+	counters func() map[string]tenantCounts
+	// locksHeld returns the lock grants held in the applied state.
+	locksHeld func() int
+}
+
+// statusPageHandler serves the status page from its sources and what the
+// page remembers between renders (state, which the run loop also tells of
+// every status change).
+type statusPageHandler struct {
+	src   pageSources
+	state *pageState
+}
+
+func (h *statusPageHandler) data() pageData {
+	cs := h.src.status()
+	ready, why := h.src.readiness()
+	d := pageData{CellStatusResponse: cs, Ready: ready, Readiness: why, Rebuild: h.src.rebuild(),
 		Updated: time.Now().UTC().Format("2006-01-02 15:04:05 MST"), RefreshMs: pageRefresh.Milliseconds()}
 	for _, rs := range cs.Replicas {
 		if rs.Master {
 			d.MasterAddr = rs.Addr
 		}
 	}
-	rates, window := r.page.rates(r.tenantCounters())
+	rates, window := h.state.rates(h.src.counters())
 	d.RateWindow = window.Round(time.Second)
 	rows := map[string]*pageTenant{}
-	if tenants, err := r.ns.ListTenants(r.admin()); err == nil {
+	if tenants, err := h.src.tenants(); err == nil {
 		for _, t := range tenants {
 			rows[t.Name] = &pageTenant{Name: t.Name, Sessions: t.Usage.Sessions, Locks: t.Usage.Locks, Nodes: t.Usage.Nodes}
 			d.Sessions += t.Usage.Sessions
@@ -235,22 +265,23 @@ func (r *Replica) pageData() pageData {
 		d.Tenants = append(d.Tenants, *row)
 	}
 	sort.Slice(d.Tenants, func(i, j int) bool { return d.Tenants[i].Name < d.Tenants[j].Name })
-	d.Locks = r.locksHeld()
+	d.Locks = h.src.locksHeld()
 	now := monotime.Now()
-	r.page.mu.Lock()
-	for i := len(r.page.mu.failovers) - 1; i >= 0; i-- {
-		f := r.page.mu.failovers[i]
+	h.state.mu.Lock()
+	for i := len(h.state.mu.failovers) - 1; i >= 0; i-- {
+		f := h.state.mu.failovers[i]
 		d.Failovers = append(d.Failovers, pageFailover{At: f.wall.Format("2006-01-02 15:04:05.000 MST"),
 			Ago: now.Sub(f.at).Round(time.Second), Master: uint64(f.master), Epoch: api.Epoch(f.epoch), Previous: uint64(f.previous)})
 	}
-	r.page.mu.Unlock()
+	h.state.mu.Unlock()
 	return d
 }
 
-func (r *Replica) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
+// ServeHTTP renders the page.
+func (h *statusPageHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = statusPage.Execute(w, r.pageData())
+	_ = statusPage.Execute(w, h.data())
 }
 
 // statusPage is the page's template. Its script fetches the page again
