@@ -19,6 +19,8 @@ type fakeLockPaxos struct {
 	mu        sync.Mutex
 	acquires  []*proposedAcquire
 	releases  []namespace.Release
+	// released holds the done of each release, in order.
+	released []func(namespace.Result, error)
 	conflicts []string
 	gen       uint64
 }
@@ -36,10 +38,11 @@ func (f *fakeLockPaxos) acquire(caller namespace.Caller, op *namespace.Acquire, 
 	f.acquires = append(f.acquires, &proposedAcquire{caller, *op, queued, done})
 }
 
-func (f *fakeLockPaxos) release(caller namespace.Caller, op *namespace.Release) {
+func (f *fakeLockPaxos) release(caller namespace.Caller, op *namespace.Release, done func(namespace.Result, error)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.releases = append(f.releases, *op)
+	f.released = append(f.released, done)
 }
 
 // take returns the Acquires proposed since the last take.
@@ -214,7 +217,7 @@ func TestLockQueuesCancelLeavesNothing(t *testing.T) {
 			gen := f.grant(p)
 			synctest.Wait()
 			rel := f.takeReleases()
-			if len(rel) != 1 || rel[0] != (namespace.Release{Session: 1, Path: "/t/l", Generation: gen}) {
+			if len(rel) != 1 || rel[0].Session != 1 || rel[0].Path != "/t/l" || rel[0].Generation != gen || rel[0].Then != nil {
 				t.Fatalf("releases %+v, want one of session 1's generation %d", rel, gen)
 			}
 			if n := l.count(); n != 0 || l.queued("/t/l") {
