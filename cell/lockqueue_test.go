@@ -16,11 +16,11 @@ import (
 // fakeLockPaxos is a lockProposer whose Acquires the test answers by hand
 // and whose Releases it records.
 type fakeLockPaxos struct {
-	mu        sync.Mutex
-	acquires  []*proposedAcquire
-	releases  []namespace.Release
+	mu       sync.Mutex
+	acquires []*proposedAcquire
+	releases []namespace.Release
 	// released holds the done of each release, in order.
-	released []func(namespace.Result, error)
+	released  []func(namespace.Result, error)
 	conflicts []string
 	gen       uint64
 }
