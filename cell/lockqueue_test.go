@@ -448,3 +448,141 @@ func TestLockQueuesStopKeepsHeadInPaxos(t *testing.T) {
 		}
 	})
 }
+
+// handOverHead queues session 1 behind a held lock (its Acquire comes back
+// Locked) and returns its wait and the lock's hand-over to it.
+func handOverHead(t *testing.T, l *lockQueues, f *fakeLockPaxos, ctx context.Context) (<-chan waitOut, namespace.Grant, func(namespace.Handed, bool)) {
+	t.Helper()
+	w1 := goWait(ctx, l, 1, "/t/l", api.LockExclusive)
+	f.locked(f.one(t, 1))
+	synctest.Wait()
+	g, settle, ok := l.handOver("/t/l")
+	if !ok || g.Session != 1 || g.Path != "/t/l" || g.Mode != api.LockExclusive || g.Caller != lqCaller {
+		t.Fatalf("handOver = %+v, %v; want session 1's grant", g, ok)
+	}
+	if _, _, ok := l.handOver("/t/l"); ok {
+		t.Fatal("a second hand-over while the first is in flight")
+	}
+	l.kick("/t/l")
+	if got := f.take(); len(got) != 0 {
+		t.Fatal("an Acquire went to Paxos while the head's grant rides on a release")
+	}
+	return w1, g, settle
+}
+
+// The hand-over of a lock to its head waiter inside the command that frees
+// it (lockhandover.go): the head's Acquire is in flight until the grant is
+// settled, whatever the outcome.
+func TestLockQueuesHandOver(t *testing.T) {
+	t.Run("no waiter: nothing to carry", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, _ := newTestLockQueues()
+			if g, _, ok := l.handOver("/t/l"); ok {
+				t.Fatalf("handOver of a lock nobody waits for = %+v", g)
+			}
+		})
+	})
+	t.Run("granted: the head has it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, g, settle := handOverHead(t, l, f, t.Context())
+			settle(namespace.Handed{Tried: true, Reply: &namespace.Granted{Path: g.Path, Mode: g.Mode, Generation: 9}}, true)
+			if out := <-w1; out.err != nil || out.g.Generation != 9 {
+				t.Fatalf("head's wait = %+v, %v; want generation 9", out.g, out.err)
+			}
+			settle(namespace.Handed{}, false) // a second settle changes nothing
+			if n := l.count(); n != 0 || l.queued("/t/l") {
+				t.Fatalf("count = %d, queued %v after the hand-over", n, l.queued("/t/l"))
+			}
+		})
+	})
+	t.Run("not applied: the head keeps its place and is not re-proposed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, _, settle := handOverHead(t, l, f, t.Context())
+			settle(namespace.Handed{}, false)
+			synctest.Wait()
+			if got := f.take(); len(got) != 0 {
+				t.Fatal("an Acquire was proposed after a hand-over whose release was not applied")
+			}
+			if !waiting(w1) || l.count() != 1 {
+				t.Fatal("the head left the queue")
+			}
+			l.lockFreed(namespace.FreedLock{Path: "/t/l"})
+			synctest.Wait()
+			f.grant(f.one(t, 1))
+			if out := <-w1; out.err != nil {
+				t.Fatal(out.err)
+			}
+		})
+	})
+	t.Run("not tried, lock freed meanwhile: the head asks again", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, _, settle := handOverHead(t, l, f, t.Context())
+			// Another command freed the lock while the grant was in flight;
+			// the grant's own release then failed (stale).
+			l.lockFreed(namespace.FreedLock{Path: "/t/l"})
+			synctest.Wait()
+			if got := f.take(); len(got) != 0 {
+				t.Fatal("lockFreed proposed an Acquire while the head's grant was in flight")
+			}
+			settle(namespace.Handed{}, true)
+			synctest.Wait()
+			f.grant(f.one(t, 1))
+			if out := <-w1; out.err != nil {
+				t.Fatal(out.err)
+			}
+		})
+	})
+	t.Run("lock-delay: the head retries when it ends", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, g, settle := handOverHead(t, l, f, t.Context())
+			until := time.Now().Add(5 * time.Second).UnixNano()
+			settle(namespace.Handed{Tried: true, Err: api.LockDelayError(g.Path, until)}, true)
+			synctest.Wait()
+			if got := f.take(); len(got) != 0 {
+				t.Fatal("the head retried inside the lock-delay")
+			}
+			time.Sleep(5 * time.Second)
+			synctest.Wait()
+			f.grant(f.one(t, 1))
+			if out := <-w1; out.err != nil {
+				t.Fatal(out.err)
+			}
+		})
+	})
+	t.Run("canceled in flight, then granted: given back and handed on", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			ctx, cancel := context.WithCancel(t.Context())
+			w1, g, settle := handOverHead(t, l, f, ctx)
+			w2 := goWait(t.Context(), l, 2, "/t/l", api.LockExclusive)
+			cancel()
+			if out := <-w1; !errors.Is(out.err, api.ErrCanceled) {
+				t.Fatalf("canceled wait = %+v, %v", out.g, out.err)
+			}
+			settle(namespace.Handed{Tried: true, Reply: &namespace.Granted{Path: g.Path, Mode: g.Mode, Generation: 9}}, true)
+			synctest.Wait()
+			rel := f.takeReleases()
+			if len(rel) != 1 || rel[0].Session != 1 || rel[0].Generation != 9 {
+				t.Fatalf("releases %+v; want session 1's generation 9 given back", rel)
+			}
+			// The give-back carries session 2's grant.
+			if len(rel[0].Then) != 1 || rel[0].Then[0].Session != 2 {
+				t.Fatalf("the give-back carries %+v; want session 2's grant", rel[0].Then)
+			}
+			f.mu.Lock()
+			done := f.released[len(f.released)-1]
+			f.mu.Unlock()
+			done(namespace.Result{Reply: &namespace.Released{Freed: true}, Handed: []namespace.Handed{{Tried: true, Reply: &namespace.Granted{Path: "/t/l", Mode: api.LockExclusive, Generation: 10}}}}, nil)
+			if out := <-w2; out.err != nil || out.g.Generation != 10 {
+				t.Fatalf("session 2: %+v, %v; want generation 10", out.g, out.err)
+			}
+			if n := l.count(); n != 0 {
+				t.Fatalf("count = %d", n)
+			}
+		})
+	})
+}
