@@ -203,7 +203,12 @@ func (l *lockQueues) try(ctx context.Context, caller namespace.Caller, sess uint
 }
 
 // enqueue adds w behind the lock's other waiters and, if it is first, asks
-// for the lock at once. It fails if the master role ended.
+// for the lock at once. A waiter that joins behind others proposes
+// nothing: the head has asked already, or is in flight, or was granted
+// the lock just now, and the next free (lockFreed, a hand-over) serves the
+// queue. (Kicking the head on every arrival cost a command that came back
+// Locked, and a conflict event, per arrival at a busy lock.) It fails if
+// the master role ended.
 func (l *lockQueues) enqueue(path string, w *lockWaiter) error {
 	l.mu.Lock()
 	if err := l.mu.stopped; err != nil {
@@ -216,9 +221,12 @@ func (l *lockQueues) enqueue(path string, w *lockWaiter) error {
 		l.mu.queues[path] = q
 	}
 	q.waiters = append(q.waiters, w)
+	first := len(q.waiters) == 1
 	l.waitingLocked(1)
 	l.mu.Unlock()
-	l.kick(path)
+	if first {
+		l.kick(path)
+	}
 	return nil
 }
 
