@@ -38,6 +38,11 @@ perop() {
 
 perop transport.test 'BenchmarkRPC$' 500 2000 "one RPC, both ends"
 perop namespace.test 'BenchmarkApplyAcquireRelease$' 20 100 "200 commands applied on one replica"
+# A contended lock's hand-over as one replica applies it: before, in two
+# slots (the Release, then the waiter's Acquire); now, one slot (the
+# Release carries the waiter's grant).
+perop namespace.test 'BenchmarkApplyHandOver/two-slots$' 200 1000 "one hand-over in two slots, one replica"
+perop namespace.test 'BenchmarkApplyHandOver/one-slot$' 200 1000 "one hand-over in one slot, one replica"
 # The whole cell (five replicas, QUIC, fsync) under callgrind is 50-100x
 # slower than native: with the default 1 s master lease no master is elected
 # within the benchmark's minute. Its CPU per pair is BenchmarkAcquireRelease's
