@@ -423,20 +423,33 @@ func (l *lockQueues) handOver(path string) (g namespace.Grant, settle func(h nam
 // still hold, a stale release). The head keeps its place and asks again
 // only if the lock was freed meanwhile; a head that canceled leaves, and
 // the next waiter gets its turn.
+//
+// If the master role ended meanwhile (stop kept the head for this
+// outcome), the head leaves, told what every other waiter was told.
 func (l *lockQueues) notTried(q *lockQueue, w *lockWaiter) {
 	l.mu.Lock()
 	q.inflight = false
 	next := q.freedInflight
 	q.freedInflight = false
-	if len(q.waiters) > 0 && q.waiters[0] == w && w.abandoned() {
+	atHead := len(q.waiters) > 0 && q.waiters[0] == w
+	var told error
+	switch {
+	case !atHead:
+		next = true
+	case w.abandoned():
 		q.waiters = q.waiters[1:]
 		l.waitingLocked(-1)
 		next = true
-	} else if len(q.waiters) == 0 || q.waiters[0] != w {
-		next = true
+	case l.mu.stopped != nil:
+		q.waiters = q.waiters[1:]
+		l.waitingLocked(-1)
+		told = l.mu.stopped
 	}
 	next = next && len(q.waiters) > 0
 	l.dropIfEmptyLocked(q)
+	if told != nil {
+		w.finish(nil, told)
+	}
 	l.mu.Unlock()
 	if next {
 		go l.kick(q.path)

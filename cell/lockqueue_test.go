@@ -614,3 +614,33 @@ func TestLockQueuesStopKeepsHeadInPaxos(t *testing.T) {
 	})
 }
 
+// A head whose grant rides on a release when the master role ends is told
+// the grant's outcome: granted, it holds the lock; not tried, it is told
+// the stop's error.
+func TestLockQueuesStopKeepsHandedHead(t *testing.T) {
+	for _, granted := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, g, settle := handOverHead(t, l, f, t.Context())
+			l.stop(apiErr(api.NotMaster, "stopped"))
+			synctest.Wait()
+			if !waiting(w1) {
+				t.Fatal("the head whose grant is in Paxos was answered at stop")
+			}
+			if granted {
+				settle(namespace.Handed{Tried: true, Reply: &namespace.Granted{Path: g.Path, Mode: g.Mode, Generation: 9}}, true)
+				if out := <-w1; out.err != nil || out.g.Generation != 9 {
+					t.Fatalf("head granted after the stop: %+v, %v; want generation 9", out.g, out.err)
+				}
+			} else {
+				settle(namespace.Handed{}, false)
+				if out := <-w1; !errors.Is(out.err, api.ErrNotMaster) {
+					t.Fatalf("head not tried after the stop: %v; want NotMaster", out.err)
+				}
+			}
+			if rel := f.takeReleases(); len(rel) != 0 {
+				t.Fatalf("releases %+v", rel)
+			}
+		})
+	}
+}
