@@ -89,10 +89,7 @@ func (r *Replica) maybeReportProgress(now monotime.Time) {
 	st := r.Status()
 	rep := progressReport{Role: st.Role, Epoch: st.Epoch, Leader: st.Leader, Chosen: st.Chosen, Applied: st.Applied, Master: st.Master}
 	rep.SumSlot, rep.Sum = r.sums.latest()
-	for id := range r.cfg.Replicas {
-		if id == r.cfg.ID {
-			continue
-		}
+	for _, id := range r.ep.Peers() {
 		if err := r.ep.Send(id, tagProgress, &rep); err != nil {
 			r.log.Debug("send progress", "to", id, "err", err)
 		}
