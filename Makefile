@@ -69,8 +69,9 @@ bench:
 		--json bin/bench.jsonl --svg bin/bench.svg --max-time 10m
 
 ## bench-cpu: instructions per operation (callgrind; stable under load) of
-## the transport's RPC and of applying lock commands (bench/RESULTS.md, "CPU
-## per command"). Needs valgrind.
+## the transport's RPC, of applying lock commands, and of a contended lock's
+## hand-over in one Paxos round and in two (bench/RESULTS.md, "CPU per
+## command"). Needs valgrind.
 bench-cpu:
 	./bench/scripts/cpu-per-command.sh
 

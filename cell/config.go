@@ -206,6 +206,11 @@ type Config struct {
 	// run loop goroutine and must not block. Tests use it to force the interleaving
 	// of a cancellation with an Acquire in Paxos (export_test.go).
 	headOutcomeHook func(path string, err error, gone <-chan struct{}, deliver func())
+	// twoRoundHandOver, if set, makes the master hand a freed lock to its
+	// head waiter in two Paxos rounds (the release, then the waiter's
+	// Acquire), as before lockhandover.go: tests measure what one round
+	// saves (export_test.go).
+	twoRoundHandOver bool
 }
 
 func (c Config) populate() Config {

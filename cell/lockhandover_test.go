@@ -3,6 +3,7 @@ package cell_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -275,5 +276,78 @@ func TestHandOverCancelledWaiter(t *testing.T) {
 		if _, err := bob.acquire(ctx, hb, api.LockExclusive, false); err != nil {
 			t.Fatalf("bob's TryAcquire after carol released: %v", err)
 		}
+	})
+}
+
+var (
+	flagHandOvers = flag.Int("cell.handovers", 24, "hand-overs TestHandOverCost makes (bench/scripts/cpu-per-command.sh runs it at two counts under callgrind)")
+	flagTwoRounds = flag.Bool("cell.two-rounds", false, "TestHandOverCost hands over in two Paxos rounds, as before the grant rode on the release")
+)
+
+// TestHandOverCost: three sessions pass one lock round and round, each
+// queueing again behind the others as soon as it gave the lock up, so
+// every cycle is one hand-over and nothing else. Each hand-over costs the
+// master exactly one command in one slot (two of each with
+// -cell.two-rounds), and the grants' generations only grow.
+// bench/scripts/cpu-per-command.sh runs it under callgrind with two values
+// of -cell.handovers, in both modes, for the whole cell's instructions per
+// hand-over: the cell runs on synctest's clock, so callgrind's slowness
+// changes no lease and no count.
+func TestHandOverCost(t *testing.T) {
+	n := *flagHandOvers
+	perHandOver := 1.0
+	var tune func(*cell.Config)
+	if *flagTwoRounds {
+		perHandOver, tune = 2, cell.SetTwoRoundHandOver
+	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := testCtx(t, time.Duration(n+60)*time.Second)
+		names := []string{"alice", "bob", "carol"}
+		hc := startHandOverCell(t, ctx, tune, names...)
+		m := hc.lc.Master()
+		handles := make([]api.Handle, len(names))
+		for i, name := range names {
+			handles[i] = hc.clients[name].mustOpen(ctx, "/t/cost")
+		}
+		g, err := hc.clients["alice"].acquire(ctx, handles[0], api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen := g.Generation
+		waits := make([]<-chan acquired, len(names))
+		for i := 1; i < len(names); i++ {
+			waits[i] = goAcquire(t, ctx, m, hc.clients[names[i]], handles[i])
+		}
+		var total paxosCounts
+		for k := 0; k < n; k++ {
+			holder, next := k%len(names), (k+1)%len(names)
+			synctest.Wait()
+			before := countPaxos(m)
+			if err := hc.clients[names[holder]].release(ctx, handles[holder], gen); err != nil {
+				t.Fatalf("hand-over %d: release: %v", k, err)
+			}
+			out := <-waits[next]
+			if out.err != nil {
+				t.Fatalf("hand-over %d: %s's Acquire: %v", k, names[next], out.err)
+			}
+			synctest.Wait()
+			d := countPaxos(m).minus(before)
+			if d.commands != perHandOver || d.slots != perHandOver {
+				t.Fatalf("hand-over %d took %v commands in %v slots; want %v", k, d.commands, d.slots, perHandOver)
+			}
+			total.commands += d.commands
+			total.slots += d.slots
+			total.fsyncs += d.fsyncs
+			if out.seq.Generation <= gen {
+				t.Fatalf("hand-over %d: generation %d after %d", k, out.seq.Generation, gen)
+			}
+			gen = out.seq.Generation
+			waits[holder] = goAcquire(t, ctx, m, hc.clients[names[holder]], handles[holder])
+		}
+		if n < 1 {
+			t.Fatalf("-cell.handovers=%d: no hand-over judged", n)
+		}
+		t.Logf("%d hand-overs: %.2f commands, %.2f slots, %.2f fsyncs per hand-over on the master",
+			n, total.commands/float64(n), total.slots/float64(n), total.fsyncs/float64(n))
 	})
 }

@@ -92,6 +92,8 @@ type lockDeps struct {
 	// hook, if set, receives the outcome of each head's Acquire instead
 	// of handling it at once (see Config.headOutcomeHook).
 	hook func(path string, err error, gone <-chan struct{}, deliver func())
+	// twoRound, if set, turns handOver off (see Config.twoRoundHandOver).
+	twoRound bool
 }
 
 // lockQueue is the FIFO of sessions waiting for one lock.

@@ -83,6 +83,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		now:      r.clock.now,
 		waiting:  func(d int) { r.metrics.waiters.Add(float64(d)) },
 		hook:     r.cfg.headOutcomeHook,
+		twoRound: r.cfg.twoRoundHandOver,
 	})
 	admin := r.admin()
 	tenants, err := r.ns.ListTenants(admin)
