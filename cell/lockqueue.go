@@ -483,11 +483,10 @@ func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Resu
 	case err == nil && g != nil:
 		q.waiters = q.waiters[1:]
 		l.waitingLocked(-1)
-		// Shared grants let the next shared waiter in at once. A lock
-		// freed while this Acquire was in flight and taken by it leaves
-		// the next waiter to ask (it will be told Locked, and the holder
-		// of the conflict).
-		next = len(q.waiters) > 0 && (freed || g.Mode == api.LockShared && q.waiters[0].mode == api.LockShared)
+		// Shared grants let the next shared waiter in at once. (A free
+		// noted while this Acquire was in flight came before it: the lock
+		// is this grant's now.)
+		next = g.Mode == api.LockShared && len(q.waiters) > 0 && q.waiters[0].mode == api.LockShared
 	case gone:
 		// Canceled while in Paxos and not granted: it leaves now, and the
 		// next waiter gets its turn.
