@@ -41,12 +41,15 @@ type OpenConfig struct {
 
 // LockcellFactory is the lockcell DriverFactory. Flags: --lockcell-cell
 // (proc: one `lockcelld serve` process per replica; inproc:
-// cell.StartLocal in this process), --lockcelld (the binary), --lockcell-dir, --lockcell-log-level,
-// --lockcell-fault-injection (on by itself when failover-partition runs).
+// cell.StartLocal in this process), --lockcelld (the binary),
+// --lockcell-dir, --lockcell-log-level, --lockcell-base-port and
+// --lockcell-http-port (fixed ports for the replicas of a cell of
+// processes), --lockcell-fault-injection (on by itself when
+// failover-partition runs).
 func LockcellFactory() DriverFactory {
 	var mode, bin, dir, level string
 	var faults bool
-	var udpPort, httpPort int
+	var udpBase, httpBase int
 	return DriverFactory{
 		Name: "lockcell",
 		Flags: func(fs *flag.FlagSet) {
@@ -54,8 +57,8 @@ func LockcellFactory() DriverFactory {
 			fs.StringVar(&bin, "lockcelld", "bin/lockcelld", "lockcelld binary for --lockcell-cell=proc (make build)")
 			fs.StringVar(&dir, "lockcell-dir", filepath.Join(os.TempDir(), "lockcell-bench", "cell"), "directory for the cell (emptied first)")
 			fs.StringVar(&level, "lockcell-log-level", "warn", "replica log level (logs in the cell directory)")
-			fs.IntVar(&udpPort, "lockcell-udp-port", 0, "proc: replica i listens on UDP 127.0.0.1:port+i-1 (0: free ports)")
-			fs.IntVar(&httpPort, "lockcell-http-port", 0, "proc: replica i serves HTTP on 127.0.0.1:port+i-1 (0: free ports)")
+			fs.IntVar(&udpBase, "lockcell-base-port", 0, "--lockcell-cell=proc: replica i listens on UDP 127.0.0.1:port+i-1 (0: free ports)")
+			fs.IntVar(&httpBase, "lockcell-http-port", 0, "--lockcell-cell=proc: replica i serves HTTP on TCP 127.0.0.1:port+i-1 (0: free ports)")
 			fs.BoolVar(&faults, FaultInjectionFlag, false, "serve /debug/faults on the replicas (failover-partition needs it, and turns it on unless this flag is given)")
 		},
 		Open: func(ctx context.Context, log *slog.Logger, oc OpenConfig) (Driver, func(), error) {
@@ -69,7 +72,7 @@ func LockcellFactory() DriverFactory {
 					return nil, func() {}, fmt.Errorf("%w: lockcelld binary %q: %w (run make build, or pass --lockcelld)", ErrInvalidConfig, bin, err)
 				}
 				pc, err := StartProcCell(ctx, ProcCellConfig{Binary: bin, Dir: dir, LogLevel: level, FaultInjection: faults, Replicas: oc.Replicas,
-					BasePort: udpPort, HTTPPort: httpPort})
+					BasePort: udpBase, HTTPPort: httpBase})
 				if err != nil {
 					return nil, func() {}, err
 				}
