@@ -90,6 +90,20 @@ func (c *rpcCall) proposeHandingOver(ctx context.Context, op namespace.Op, hs ha
 	}
 }
 
+// heldHandOvers readies the hand-over of each lock session sess holds to
+// that lock's head waiter, for the command that ends the session. The
+// locks are those of the applied state now; a lock the session takes or
+// gives back before its end is applied is handed over by the ordinary path
+// (lockFreed), and a grant whose lock the end does not free is not tried.
+func (m *master) heldHandOvers(sess uint64) ([]namespace.Grant, handOvers) {
+	paths, err := m.r.ns.HeldLocks(m.r.admin(), sess)
+	if err != nil {
+		m.r.log.Warn("listing an ending session's locks; its waiters wake after its end", "session", sess, "err", err)
+		return nil, nil
+	}
+	return m.locks.attach(paths...)
+}
+
 // expire proposes the end of session sess, whose lease ran out or whose
 // token was revoked, handing each lock it holds to that lock's head waiter
 // in the same command; done, if not nil, gets the outcome. It does not
@@ -97,15 +111,7 @@ func (c *rpcCall) proposeHandingOver(ctx context.Context, op namespace.Op, hs ha
 func (m *master) expire(sess uint64, done func(namespace.Result, error)) {
 	op := &namespace.ExpireSession{Session: sess}
 	var hs handOvers
-	// The session's locks as applied now; a lock it takes or gives back
-	// before the expiry is applied is handed over by the ordinary path
-	// (lockFreed), and a grant whose lock the expiry does not free is not
-	// tried.
-	if paths, err := m.r.ns.HeldLocks(m.r.admin(), sess); err != nil {
-		m.r.log.Warn("listing an expiring session's locks; its waiters wake after the expiry", "session", sess, "err", err)
-	} else {
-		op.Then, hs = m.locks.attach(paths...)
-	}
+	op.Then, hs = m.heldHandOvers(sess)
 	m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), op, func(res namespace.Result, err error) {
 		hs.settle(res, err)
 		if done != nil {

@@ -208,6 +208,42 @@ func TestHandOverOnExpiry(t *testing.T) {
 	}
 }
 
+// TestHandOverOnClose: a session closed while it holds a lock another
+// session waits for hands the lock over in the CloseSession's own slot (no
+// lock-delay: the holder let go).
+func TestHandOverOnClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := testCtx(t, 60*time.Second)
+		hc := startHandOverCell(t, ctx, nil, "alice", "bob")
+		alice, bob := hc.clients["alice"], hc.clients["bob"]
+		m := hc.lc.Master()
+		ha, hb := alice.mustOpen(ctx, "/t/c"), bob.mustOpen(ctx, "/t/c")
+		ga, err := alice.acquire(ctx, ha, api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bobc := goAcquire(t, ctx, m, bob, hb)
+		hc.stopKA["alice"]()
+		synctest.Wait()
+		before := countPaxos(m)
+		if err := alice.call(ctx, api.MethodCloseSession, &api.CloseSessionRequest{Header: alice.header()}, &api.Empty{}, false); err != nil {
+			t.Fatal(err)
+		}
+		out := <-bobc
+		if out.err != nil {
+			t.Fatalf("bob's blocked Acquire: %v", out.err)
+		}
+		synctest.Wait()
+		d := countPaxos(m).minus(before)
+		if d.commands != 1 || d.slots != 1 {
+			t.Fatalf("hand-over on close took %v commands in %v slots; want 1 in 1", d.commands, d.slots)
+		}
+		if out.seq.Generation <= ga.Generation {
+			t.Fatalf("bob's generation %d is not greater than alice's %d", out.seq.Generation, ga.Generation)
+		}
+	})
+}
+
 // TestHandOverCancelledWaiter: the head waiter cancels while the grant
 // that rides on the holder's Release is in Paxos, and the grant comes back
 // granted: the cancelled waiter keeps nothing (the master gives the grant

@@ -90,6 +90,8 @@ func thenOf(op Op) []Grant {
 	switch o := op.(type) {
 	case *Release:
 		return o.Then
+	case *CloseSession:
+		return o.Then
 	case *ExpireSession:
 		return o.Then
 	}

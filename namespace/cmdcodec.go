@@ -221,6 +221,7 @@ var opCodecs = [numKinds]opCodec{
 	KindCreateSession: {func() Op { return &CreateSession{} }, nil},
 	KindCloseSession: {func() Op { return &CloseSession{} }, []field{
 		{"s", false, func(o any) any { return &o.(*CloseSession).Session }},
+		{"h", true, func(o any) any { return &o.(*CloseSession).Then }},
 	}},
 	KindExpireSession: {func() Op { return &ExpireSession{} }, []field{
 		{"s", false, func(o any) any { return &o.(*ExpireSession).Session }},

@@ -96,7 +96,7 @@ func randCommands(r *rand.Rand, n int) []Command {
 		case KindCreateSession:
 			op = &CreateSession{}
 		case KindCloseSession:
-			op = &CloseSession{Session: u()}
+			op = &CloseSession{Session: u(), Then: grants()}
 		case KindExpireSession:
 			op = &ExpireSession{Session: u(), Then: grants()}
 		case KindOpen:

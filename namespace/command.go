@@ -99,8 +99,12 @@ type CreateSession struct{}
 // (no lock-delay) and its ephemeral nodes deleted, in the same slot. Caller:
 // the session's principal or the administrator. Reply: *SessionEnded.
 // Errors: SessionExpired (no such session), PermissionDenied.
+//
+// Then hands the freed locks over to their next holders in the same slot
+// (see Grant), as ExpireSession.Then does.
 type CloseSession struct {
-	Session uint64 `msgpack:"s"`
+	Session uint64  `msgpack:"s"`
+	Then    []Grant `msgpack:"h,omitempty"`
 }
 
 // ExpireSession ends a session whose lease ran out, as decided by the
@@ -195,7 +199,7 @@ type Release struct {
 }
 
 // Grant is an Acquire that rides on the command that frees its lock
-// (Release.Then, ExpireSession.Then), so that a contended lock passes from
+// (Release.Then, CloseSession.Then, ExpireSession.Then), so that a contended lock passes from
 // its holder to the head of its queue in one Paxos slot instead of two.
 //
 // It is applied after the command's own operation succeeded, and only if

@@ -104,6 +104,8 @@ func goldenCommandCases() []goldenCase {
 		{"release", Command{Time: 16, Caller: bob, Op: &Release{Session: 5, Path: "/acme/l", Generation: 1<<32 + 1}}},
 		{"release-then-grant", Command{Time: 16, Caller: bob, Op: &Release{Session: 5, Path: "/acme/l", Generation: 7,
 			Then: []Grant{{Caller: Caller{Principal: "carol", Tenant: "acme"}, Session: 300, Path: "/acme/l", Mode: api.LockExclusive}}}}},
+		{"close-session-then-grant", Command{Time: 5, Caller: bob, Op: &CloseSession{Session: 300,
+			Then: []Grant{{Caller: Caller{Principal: "carol", Tenant: "acme"}, Session: 301, Path: "/acme/l", Mode: api.LockExclusive}}}}},
 		{"expire-session-then-grants", Command{Time: 6, Caller: admin, Op: &ExpireSession{Session: 9,
 			Then: []Grant{{Caller: bob, Session: 6, Path: "/acme/l", Mode: api.LockShared}, {Caller: bob, Session: 7, Path: "/acme/m", Mode: api.LockExclusive}}}}},
 		{"create-tenant", Command{Time: 17, Caller: admin, Op: &CreateTenant{Name: "acme",

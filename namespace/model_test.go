@@ -267,6 +267,8 @@ func (m *model) apply(cmd Command) Result {
 	switch op := cmd.Op.(type) {
 	case *Release:
 		grants = op.Then
+	case *CloseSession:
+		grants = op.Then
 	case *ExpireSession:
 		grants = op.Then
 	}

@@ -236,7 +236,13 @@ func (g *gen) command() Command {
 		if id, owner, ok := g.liveSession(); ok && g.r.IntN(5) != 0 {
 			sid, cmd.Caller = id, owner
 		}
-		cmd.Op = &CloseSession{Session: sid}
+		op := &CloseSession{Session: sid}
+		if g.r.IntN(2) == 0 {
+			for _, p := range g.m.sortedPaths(func(_ string, n *mNode) bool { return slices.Contains(n.holders, sid) }) {
+				op.Then = append(op.Then, g.grant(p))
+			}
+		}
+		cmd.Op = op
 	case k < 17:
 		sid := g.sid(c)
 		if id, _, ok := g.liveSession(); ok && g.r.IntN(5) != 0 {

@@ -22,7 +22,7 @@ type Result struct {
 	// same command is not listed: it did not end free.
 	Freed []FreedLock
 	// Handed holds the outcomes of the command's grants (Release.Then,
-	// ExpireSession.Then), one per grant in order, when the command
+	// CloseSession.Then, ExpireSession.Then), one per grant in order, when the command
 	// succeeded; nil when it failed (no grant was tried). The grants'
 	// changes are part of Changes.
 	Handed []Handed
