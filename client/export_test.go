@@ -46,3 +46,11 @@ func OnDrain(c *Client, f func(*transport.ClientConn)) {
 	defer c.mu.Unlock()
 	c.mu.onDrain = f
 }
+
+// Lookups returns how many searches for the master the client started,
+// how many liveness probes it sent, and whether a search is under way.
+func Lookups(c *Client) (lookups, probes uint64, busy bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.lookups, c.mu.probes, c.mu.look != nil
+}
