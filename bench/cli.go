@@ -33,10 +33,13 @@ type DriverFactory struct {
 // LockcellFactory is the lockcell DriverFactory. Flags: --lockcell-cell
 // (proc: five `lockcelld serve` processes; inproc: cell.StartLocal in this
 // process), --lockcelld (the binary), --lockcell-dir, --lockcell-log-level,
-// --lockcell-fault-injection (on by itself when failover-partition runs).
+// --lockcell-base-port and --lockcell-http-port (fixed ports for the
+// replicas of a cell of processes), --lockcell-fault-injection (on by
+// itself when failover-partition runs).
 func LockcellFactory() DriverFactory {
 	var mode, bin, dir, level string
 	var faults bool
+	var udpBase, httpBase int
 	return DriverFactory{
 		Name: "lockcell",
 		Flags: func(fs *flag.FlagSet) {
@@ -44,6 +47,8 @@ func LockcellFactory() DriverFactory {
 			fs.StringVar(&bin, "lockcelld", "bin/lockcelld", "lockcelld binary for --lockcell-cell=proc (make build)")
 			fs.StringVar(&dir, "lockcell-dir", filepath.Join(os.TempDir(), "lockcell-bench", "cell"), "directory for the cell (emptied first)")
 			fs.StringVar(&level, "lockcell-log-level", "warn", "replica log level (logs in the cell directory)")
+			fs.IntVar(&udpBase, "lockcell-base-port", 0, "--lockcell-cell=proc: replica i listens on UDP 127.0.0.1:port+i-1 (0: free ports)")
+			fs.IntVar(&httpBase, "lockcell-http-port", 0, "--lockcell-cell=proc: replica i serves HTTP on TCP 127.0.0.1:port+i-1 (0: free ports)")
 			fs.BoolVar(&faults, FaultInjectionFlag, false, "serve /debug/faults on the replicas (failover-partition needs it, and turns it on unless this flag is given)")
 		},
 		Open: func(ctx context.Context, log *slog.Logger) (Driver, func(), error) {
@@ -56,7 +61,8 @@ func LockcellFactory() DriverFactory {
 				if _, err := os.Stat(bin); err != nil {
 					return nil, func() {}, fmt.Errorf("%w: lockcelld binary %q: %w (run make build, or pass --lockcelld)", ErrInvalidConfig, bin, err)
 				}
-				pc, err := StartProcCell(ctx, ProcCellConfig{Binary: bin, Dir: dir, LogLevel: level, FaultInjection: faults})
+				pc, err := StartProcCell(ctx, ProcCellConfig{Binary: bin, Dir: dir, LogLevel: level, FaultInjection: faults,
+					BasePort: udpBase, HTTPPort: httpBase})
 				if err != nil {
 					return nil, func() {}, err
 				}

@@ -14,7 +14,8 @@ import (
 // same state checksum (DESIGN.md invariant 1). Each replica remembers the
 // checksum after each of its last sumHistoryLen applied slots, and puts its
 // latest (slot, checksum) into the progress report it sends every peer
-// every progressInterval. A replica that receives a report for a slot it
+// every progressInterval (progressIdleInterval while the report stays the
+// same). A replica that receives a report for a slot it
 // remembers compares: equal counts as a comparison
 // (lockcell_state_comparisons_total, lockcell_state_compared_slot); unequal
 // is a divergence, counted (lockcell_state_checksum_mismatches_total{peer})

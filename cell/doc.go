@@ -95,8 +95,9 @@
 // nothing else of theirs. /healthz is liveness (the run loop runs); /readyz
 // is readiness (master, or hearing a serving master and caught up within
 // ReadyMaxLag), from the progress reports replicas send their peers every
-// progressInterval (progress.go), which also give every replica's status
-// the progress of all of them.
+// progressInterval while they change and every progressIdleInterval while
+// they do not (progress.go), which also give every replica's status the
+// progress of all of them.
 //
 // Start holds the data directory with a flock on its lockcell-pid file
 // (ErrDataDirInUse names the holder), refuses a certificate that is not

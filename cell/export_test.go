@@ -38,3 +38,10 @@ func (r *Replica) MetricsText() string {
 	promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	return rec.Body.String()
 }
+
+// PeerFramesSent returns how many frames the replica has sent its peers
+// (Paxos messages and progress reports, duplicates included).
+func (r *Replica) PeerFramesSent() uint64 { return r.ep.Stats().PeerFramesSent }
+
+// Readiness returns what /readyz answers.
+func (r *Replica) Readiness() (bool, string) { return r.readiness() }

@@ -13,8 +13,15 @@ import (
 const tagProgress uint16 = 2
 
 // progressInterval is how often a replica reports its progress to its
-// peers.
+// peers while it changes.
 const progressInterval = 100 * time.Millisecond
+
+// progressIdleInterval is how often a replica repeats a report that has
+// not changed since it last sent it: the peers learn nothing new from it,
+// only that the replica is there (readiness wants the master heard within
+// readyHeardWithin, four of these), and an idle cell of five replicas
+// otherwise exchanged 200 such reports a second, the bulk of its packets.
+const progressIdleInterval = 500 * time.Millisecond
 
 // ReadyMaxLag is how many slots a replica may have applied fewer than the
 // master last reported chosen and still be ready (/readyz).
@@ -57,8 +64,10 @@ type progressTable struct {
 		sync.Mutex
 		last map[uint64]peerProgress
 	}
-	// sent is when this replica last sent its own report (run loop only).
+	// sent is when this replica last sent its own report, and last that
+	// report (run loop only).
 	sent monotime.Time
+	last progressReport
 }
 
 // record stores a peer's report.
@@ -80,19 +89,20 @@ func (t *progressTable) get(id uint64) (peerProgress, bool) {
 }
 
 // maybeReportProgress sends this replica's progress to every peer once
-// progressInterval has passed since the last report. Run loop only.
+// progressInterval has passed since the last report, or, if the report is
+// the same as the last, once progressIdleInterval has. Run loop only.
 func (r *Replica) maybeReportProgress(now monotime.Time) {
 	if r.progress.sent != 0 && now.Sub(r.progress.sent) < progressInterval {
 		return
 	}
-	r.progress.sent = now
 	st := r.Status()
 	rep := progressReport{Role: st.Role, Epoch: st.Epoch, Leader: st.Leader, Chosen: st.Chosen, Applied: st.Applied, Master: st.Master}
 	rep.SumSlot, rep.Sum = r.sums.latest()
-	for id := range r.cfg.Replicas {
-		if id == r.cfg.ID {
-			continue
-		}
+	if r.progress.sent != 0 && rep == r.progress.last && now.Sub(r.progress.sent) < progressIdleInterval {
+		return
+	}
+	r.progress.sent, r.progress.last = now, rep
+	for _, id := range r.ep.Peers() {
 		if err := r.ep.Send(id, tagProgress, &rep); err != nil {
 			r.log.Debug("send progress", "to", id, "err", err)
 		}

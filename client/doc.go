@@ -62,7 +62,9 @@
 // A call the master refuses for a tenant limit (operations per second, a
 // full fair-share queue) fails with api.ErrResourceExhausted whose
 // api.Error.RetryAfter says when to retry; the library returns it rather
-// than retrying on its own, except for KeepAlives, which wait that long.
+// than retrying on its own, except for KeepAlives, which wait that long,
+// and NewSession, which asks again after that pause (at most ShedRetries
+// times): a shed CreateSession created nothing.
 //
 // # Cache
 //

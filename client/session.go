@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,10 +94,16 @@ type Session struct {
 }
 
 // NewSession creates a session at the master and starts its KeepAlive loop.
+//
+// A master that sheds the CreateSession (api.ErrResourceExhausted with a
+// RetryAfter: the tenant's queue at the master is full, or its rate is
+// spent) created nothing, so NewSession asks again after that pause, up to
+// ShedRetries times (see there) or until ctx ends; it then returns the last
+// refusal, or ctx's error.
 func (c *Client) NewSession(ctx context.Context) (*Session, error) {
-	sent := c.cfg.clock.Now()
 	var resp api.CreateSessionResponse
-	if err := c.call(ctx, api.MethodCreateSession, &api.CreateSessionRequest{Token: c.cfg.Token}, &resp); err != nil {
+	sent, err := c.createSession(ctx, &resp)
+	if err != nil {
 		return nil, err
 	}
 	s := &Session{
@@ -245,4 +253,48 @@ func (s *Session) setEpoch(e uint64) {
 	s.mu.epoch = e
 	s.changedLocked()
 	s.mu.Unlock()
+}
+
+// ShedRetries is how many times NewSession asks again for a session after
+// the master shed its request (api.ErrResourceExhausted with a RetryAfter).
+// Each retry waits the RetryAfter the refusal named plus a random share of
+// as much again, so that callers shed together do not return together.
+const ShedRetries = 16
+
+// createSession asks the master for a session, and again after each
+// refusal that shed it (see NewSession). It returns the send time of the
+// request that succeeded: the lease the reply grants is counted from it.
+func (c *Client) createSession(ctx context.Context, resp *api.CreateSessionResponse) (monotime.Time, error) {
+	req := &api.CreateSessionRequest{Token: c.cfg.Token}
+	for retries := 0; ; retries++ {
+		sent := c.cfg.clock.Now()
+		err := c.call(ctx, api.MethodCreateSession, req, resp)
+		wait, shed := shedPause(err)
+		if !shed || retries == ShedRetries {
+			return sent, err
+		}
+		c.log.Debug("client: CreateSession shed by the master; retrying", "after", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return sent, fmt.Errorf("client: %s: %w (shed by the master: %w)", api.MethodCreateSession, ctx.Err(), err)
+		case <-c.ctx.Done():
+			t.Stop()
+			return sent, ErrClosed
+		}
+	}
+}
+
+// shedPause reports whether err is a refusal that shed the call before
+// it did anything (ResourceExhausted with a RetryAfter), and how long to
+// wait before asking again: the RetryAfter plus a random share of as much.
+func shedPause(err error) (time.Duration, bool) {
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.ResourceExhausted || ae.RetryAfter <= 0 {
+		return 0, false
+	}
+	d := time.Duration(ae.RetryAfter)
+	return d + rand.N(d+1), true
 }
