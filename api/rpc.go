@@ -447,10 +447,30 @@ type ListLocksResponse struct {
 // CellStatusRequest asks any replica for the cell's status. It needs no
 // session and is answered by non-masters too, but it needs credentials (a
 // client certificate or Token) like every other call.
+//
+// With Except set it is a long-poll for a fail-over: a client whose master
+// (replica Except) went silent asks every replica "who is master, other
+// than Except?", and each answers as soon as it knows one (it serves as
+// master itself, or its Paxos view names another leader), or once Wait has
+// passed, whichever comes first, so that the client hears of the new master
+// the moment the election ends rather than by asking again and again. A
+// replica that predates the field ignores it and answers at once.
 type CellStatusRequest struct {
 	// Token is the caller's tenant token, if it has no certificate.
 	Token string `msgpack:"tk,omitempty"`
+	// Except, if not zero, is the replica the caller no longer trusts as
+	// master: the answer waits until the replica knows a leader other than
+	// Except, or Wait has passed.
+	Except uint64 `msgpack:"x,omitempty"`
+	// Wait bounds how long, in nanoseconds, an Except call waits before it
+	// is answered with the status as it is. Zero, negative or above
+	// MaxStatusWait means MaxStatusWait. Ignored without Except.
+	Wait int64 `msgpack:"w,omitempty"`
 }
+
+// MaxStatusWait is the longest a replica holds a CellStatus long-poll
+// (CellStatusRequest.Except) before it answers with the status as it is.
+const MaxStatusWait = 10_000_000_000 // 10 s, in nanoseconds
 
 // Credential returns the tenant token the request carries ("" for none).
 func (r CellStatusRequest) Credential() string { return r.Token }
@@ -508,6 +528,12 @@ type CellStatusResponse struct {
 	// answering replica lost and how far its rebuild has come ("" if it
 	// started with its state).
 	Rebuild string `msgpack:"rb,omitempty"`
+	// MasterLease is the cell's master lease in nanoseconds (0 from a
+	// replica that predates the field): a client derives from it how long
+	// a call may go unanswered before it suspects its master and asks the
+	// replicas who the master is (a live master renews its lease four
+	// times per lease and answers well within it).
+	MasterLease int64 `msgpack:"ml,omitempty"`
 }
 
 // StepDownRequest asks the master to hand mastership over (administrator

@@ -35,6 +35,18 @@ import (
 // grant is in the result when cancel looks. A try (an Acquire that does
 // not wait) follows the same protocol without a queue.
 //
+// # The master role ending
+//
+// When the role ends (stop) every waiter is told so at once, except a
+// head whose Acquire is in Paxos: that Acquire may still be chosen (a new
+// leader completes the slots the old one filled), and the pipeline gives
+// every command it proposed one definite outcome, even after the role
+// ended (applied, preempted, or the replica stopping). The head keeps
+// waiting for it, and headOutcome tells it that outcome: the grant, which
+// it then holds, or what every other waiter was told. Telling it at stop
+// would leave a grant that nobody knows of standing until its session
+// ends.
+//
 // lockQueues holds no *Replica: it reaches Paxos through a lockProposer and
 // the rest of the master through the func fields of lockDeps, so it is
 // tested alone (lockqueue_test.go). Its methods are safe for concurrent
@@ -360,6 +372,16 @@ func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Resu
 		q.waiters = q.waiters[1:]
 		l.waitingLocked(-1)
 		next = len(q.waiters) > 0
+	case l.mu.stopped != nil:
+		// The role ended while this Acquire was in Paxos (stop kept the
+		// head for its outcome), and it was not granted: the head leaves,
+		// told the error of the outcome, or, where it would have stayed
+		// (the lock held, a lock-delay), what every other waiter was told.
+		q.waiters = q.waiters[1:]
+		l.waitingLocked(-1)
+		if err == nil || errors.Is(err, api.ErrLocked) || errors.Is(err, api.ErrLockDelay) {
+			err = l.mu.stopped
+		}
 	case errors.Is(err, api.ErrLocked):
 		// Stay at the head; the release that frees the lock kicks again.
 		conflict = true
@@ -434,7 +456,9 @@ func (l *lockQueues) lockFreed(f namespace.FreedLock) {
 }
 
 // stop ends the queues with the master role: every waiter is told err,
-// and later Acquires fail with it at once.
+// except a head whose Acquire is in Paxos, which is told that Acquire's
+// outcome when it arrives (see the type's comment), and later Acquires
+// fail with err at once.
 func (l *lockQueues) stop(err error) {
 	l.mu.Lock()
 	if l.mu.stopped != nil {
@@ -442,12 +466,16 @@ func (l *lockQueues) stop(err error) {
 		return
 	}
 	l.mu.stopped = err
-	// An outcome that arrives later finds its waiter gone from the queue
-	// (headOutcome: not at the head) and changes nothing.
 	var ws []*lockWaiter
 	for _, q := range l.mu.queues {
-		ws = append(ws, q.waiters...)
-		q.waiters = nil
+		if q.inflight && len(q.waiters) > 0 {
+			// Only the pending outcome still reaches q (headOutcome).
+			ws = append(ws, q.waiters[1:]...)
+			q.waiters = q.waiters[:1]
+		} else {
+			ws = append(ws, q.waiters...)
+			q.waiters = nil
+		}
 		if q.timer != nil {
 			q.timer.Stop()
 		}

@@ -370,19 +370,75 @@ func TestLockQueuesNodeDeletedAndStop(t *testing.T) {
 		}
 
 		b1 := goWait(t.Context(), l, 3, "/t/b", api.LockExclusive)
-		p := f.one(t, 3)
+		f.locked(f.one(t, 3)) // b1 waits at the head, no Acquire in flight
 		stopErr := apiErr(api.NotMaster, "stopped")
 		l.stop(stopErr)
 		if out := <-b1; !errors.Is(out.err, api.ErrNotMaster) {
 			t.Fatalf("waiter at stop: %v, want NotMaster", out.err)
 		}
-		f.grant(p) // arrives after the stop: changes nothing
 		synctest.Wait()
 		if n := l.count(); n != 0 {
 			t.Fatalf("count = %d after stop, want 0", n)
 		}
 		if _, err := l.wait(t.Context(), lqCaller, 4, "/t/b", api.LockExclusive); !errors.Is(err, api.ErrNotMaster) {
 			t.Fatalf("wait after stop: %v, want NotMaster", err)
+		}
+		if got := f.take(); len(got) != 0 {
+			t.Fatal("an Acquire was proposed after stop")
+		}
+	})
+}
+
+// A head whose Acquire is in Paxos when the master role ends is told that
+// Acquire's outcome, not the stop: a grant that arrives after the stop is
+// the head's (it holds it; nothing is released), an Acquire that was not
+// granted tells it the stop's error, and a head that gave up meanwhile has
+// its late grant released. The waiters behind it are told the stop at
+// once.
+func TestLockQueuesStopKeepsHeadInPaxos(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, f := newTestLockQueues()
+		stopErr := apiErr(api.NotMaster, "stopped")
+		granted := goWait(t.Context(), l, 1, "/t/a", api.LockExclusive)
+		behind := goWait(t.Context(), l, 2, "/t/a", api.LockExclusive)
+		pGranted := f.one(t, 1)
+		locked := goWait(t.Context(), l, 3, "/t/b", api.LockExclusive)
+		pLocked := f.one(t, 3)
+		cctx, cancel := context.WithCancel(t.Context())
+		canceled := goWait(cctx, l, 4, "/t/c", api.LockExclusive)
+		pCanceled := f.one(t, 4)
+
+		l.stop(stopErr)
+		synctest.Wait()
+		if out := <-behind; !errors.Is(out.err, api.ErrNotMaster) {
+			t.Fatalf("a waiter behind the head at stop: %v, want NotMaster", out.err)
+		}
+		for name, ch := range map[string]<-chan waitOut{"granted": granted, "locked": locked, "canceled": canceled} {
+			if !waiting(ch) {
+				t.Fatalf("the head with an Acquire in Paxos (%s) was answered at stop, before its outcome", name)
+			}
+		}
+
+		gen := f.grant(pGranted)
+		out := <-granted
+		if out.err != nil || out.g == nil || out.g.Generation != gen {
+			t.Fatalf("the head granted after the stop got %+v, %v; want the grant of generation %d", out.g, out.err, gen)
+		}
+
+		f.locked(pLocked)
+		if out := <-locked; !errors.Is(out.err, api.ErrNotMaster) {
+			t.Fatalf("the head refused (Locked) after the stop: %v, want the stop's NotMaster", out.err)
+		}
+
+		cancel()
+		if out := <-canceled; !errors.Is(out.err, api.ErrCanceled) {
+			t.Fatalf("the canceled head: %v, want Canceled", out.err)
+		}
+		late := f.grant(pCanceled)
+		synctest.Wait()
+		rel := f.takeReleases()
+		if len(rel) != 1 || rel[0].Session != 4 || rel[0].Generation != late {
+			t.Fatalf("releases %+v; want exactly the canceled head's late grant (session 4, generation %d)", rel, late)
 		}
 		if got := f.take(); len(got) != 0 {
 			t.Fatal("an Acquire was proposed after stop")

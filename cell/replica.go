@@ -74,6 +74,10 @@ type Replica struct {
 	// masterUp is closed, and replaced, whenever this replica starts a
 	// master role (a handler waiting for a take-over watches it).
 	masterUp atomic.Pointer[chan struct{}]
+	// leaderMoved is closed, and replaced, whenever the leader this
+	// replica knows of changes or it starts or stops serving as master (a
+	// CellStatus long-poll waiting for a new master watches it).
+	leaderMoved atomic.Pointer[chan struct{}]
 	// campaigning reports that the core campaigns or leads without a
 	// lease, as of the latest Ready that changed its hard or soft state:
 	// set before the Ready's fsync, so that a successor told to take over
@@ -141,8 +145,9 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		ctlC: make(chan func()),
 		done: make(chan struct{}),
 	}
-	up := make(chan struct{})
+	up, moved := make(chan struct{}), make(chan struct{})
 	r.masterUp.Store(&up)
+	r.leaderMoved.Store(&moved)
 	// A start that fails removes what it created (undo) and nothing else.
 	before := recordDir(cfg.DataDir)
 	failed := func(err error) (*Replica, error) {
@@ -911,6 +916,47 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 		}
 	case m == nil && st.Master:
 		r.becomeMaster(st)
+	}
+	if st.Leader != prev.Leader || st.Master != prev.Master || st.IsLeader != prev.IsLeader {
+		moved := make(chan struct{})
+		close(*r.leaderMoved.Swap(&moved))
+	}
+}
+
+// masterLease is the master lease in real time: LeaseTicks ticks (scaled
+// like the tick in tests).
+func (r *Replica) masterLease() time.Duration {
+	lease := r.cfg.LeaseTicks
+	if lease == 0 {
+		lease = paxos.DefaultLeaseTicks
+	}
+	return time.Duration(lease) * r.tickInterval()
+}
+
+// awaitOtherMaster answers a CellStatus long-poll (api.CellStatusRequest
+// Except): it returns the status once this replica knows a master other
+// than except (it serves itself, or its Paxos view names another leader,
+// which may still be taking over: its handlers hold the client's calls
+// until it serves), or once wait has passed or ctx ended, with the status
+// as it is then. The leader change wakes it (leaderMoved), not a poll.
+func (r *Replica) awaitOtherMaster(ctx context.Context, except uint64, wait time.Duration) *api.CellStatusResponse {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		moved := *r.leaderMoved.Load()
+		st := r.cellStatus()
+		if st.Master != 0 && st.Master != except {
+			return st
+		}
+		select {
+		case <-moved:
+		case <-t.C:
+			return r.cellStatus()
+		case <-ctx.Done():
+			return st
+		case <-r.stopping:
+			return r.cellStatus()
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package cell
 import (
 	"context"
 	"crypto/ed25519"
+	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
@@ -101,7 +102,16 @@ func (c *rpcCall) listTenant(req *api.ListRequest) string {
 }
 
 func handleCellStatus(ctx context.Context, c *rpcCall, req *api.CellStatusRequest) (any, error) {
-	st := c.r.cellStatus()
+	var st *api.CellStatusResponse
+	if req.Except != 0 {
+		wait := time.Duration(req.Wait)
+		if wait <= 0 || wait > api.MaxStatusWait {
+			wait = api.MaxStatusWait
+		}
+		st = c.r.awaitOtherMaster(ctx, req.Except, wait)
+	} else {
+		st = c.r.cellStatus()
+	}
 	if !c.isAdmin() {
 		// The progress fields reveal the whole cell's write activity, every
 		// tenant's included: they are the administrator's.
@@ -120,6 +130,7 @@ func (r *Replica) cellStatus() *api.CellStatusResponse {
 		Chosen: st.Chosen, Applied: st.Applied, Checksum: api.Checksum(st.Checksum),
 		PublicKey: r.cfg.SigningKey.Public().(ed25519.PublicKey),
 		Role:      st.Role, Rebuild: st.Rebuild.String(),
+		MasterLease: int64(r.masterLease()),
 	}
 	if !st.IsLeader && st.Leader == r.cfg.ID {
 		resp.Master = 0

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/client"
 )
 
 // heldOutcome is the outcome of a head waiter's Acquire, held back from
@@ -155,6 +156,88 @@ func TestCancelledWaiterGrantReleased(t *testing.T) {
 		hc := carol.mustOpen(ctx, "/t/q")
 		if _, err := carol.acquire(ctx, hc, api.LockExclusive, true); err != nil {
 			t.Fatalf("blocked Acquire after the cancelled waiter's grant: %v", err)
+		}
+	})
+}
+
+// TestWaiterGrantedAfterRoleEnded: a blocked Acquire whose grant is applied
+// but reaches the lock queues only after the master role ended (a
+// step-down) is answered with that grant, not NotMaster: the session holds
+// the lock and knows it (another session is refused it at the new master;
+// the holder releases it there). Before, the waiter was told NotMaster at
+// the step-down and the grant stood unknown until its session ended. The
+// interleaving is forced: the grant's outcome is held back across the
+// step-down.
+func TestWaiterGrantedAfterRoleEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tune, held := holdHeadOutcome("/t/q", func(err error) bool { return err == nil })
+		lc := simCell(t, 3, tune)
+		ctx := testCtx(t, 60*time.Second)
+		var wg sync.WaitGroup
+		kaCtx, stopKA := context.WithCancel(ctx)
+		defer func() { stopKA(); wg.Wait() }()
+		bob := newTestClient(t, lc, "t", "bob")
+		bob.createSession(ctx)
+		wg.Add(1)
+		go func() { defer wg.Done(); bob.keepAliveLoop(kaCtx, make(chan api.Event, 16)) }()
+		hb := bob.mustOpen(ctx, "/t/q")
+		type acquired struct {
+			resp api.SequencerResponse
+			err  error
+		}
+		got := make(chan acquired, 1)
+		go func() {
+			resp, err := bob.acquire(ctx, hb, api.LockExclusive, true)
+			got <- acquired{resp, err}
+		}()
+		var out heldOutcome
+		select {
+		case out = <-held:
+		case <-ctx.Done():
+			t.Fatal("the waiter's Acquire never reached its outcome")
+		}
+		if out.err != nil {
+			t.Fatalf("held outcome %v; want a grant", out.err)
+		}
+		old := lc.Master()
+		if err := old.StepDown(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case a := <-got:
+			t.Fatalf("the waiter was answered (%+v, %v) when the role ended, before its Acquire's outcome", a.resp, a.err)
+		default:
+		}
+		out.deliver()
+		a := <-got
+		if a.err != nil || a.resp.Generation == 0 {
+			t.Fatalf("the waiter granted after the role ended got %+v, %v; want the grant", a.resp, a.err)
+		}
+
+		// The new master knows bob holds it: carol is refused it until bob
+		// releases it there.
+		cl := lc.Dial(ctx, lc.ClientConfig("", "carol"))
+		carol, err := cl.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc, err := carol.Open(ctx, "/t/q", client.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, err := hc.TryAcquire(ctx, api.LockExclusive); !errors.Is(err, client.ErrLocked) {
+			t.Fatalf("carol's TryAcquire while bob holds the lock: %v, %v; want ErrLocked", l, err)
+		}
+		bob.resync(ctx)
+		if err := bob.call(ctx, api.MethodRelease, &api.ReleaseRequest{Header: bob.header(), Handle: hb, Generation: a.resp.Generation}, &api.Empty{}, true); err != nil {
+			t.Fatalf("bob's release of the grant at the new master: %v", err)
+		}
+		if _, err := hc.TryAcquire(ctx, api.LockExclusive); err != nil {
+			t.Fatalf("carol's TryAcquire after bob released: %v", err)
+		}
+		if m := lc.Master(); m == nil || m.ID() == old.ID() {
+			t.Fatalf("the step-down did not move the master role (now %v)", m)
 		}
 	})
 }

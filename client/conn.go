@@ -72,10 +72,19 @@ type Client struct {
 		// onDrain, if set (tests only), is told of each.
 		drains  uint64
 		onDrain func(*transport.ClientConn)
+		// look is the search for the master under way (nil if none;
+		// whois.go), lookups the number of searches started.
+		look    *lookup
+		lookups uint64
+		// probe is the connection a liveness probe is under way on (nil
+		// if none; whois.go), probes the number of probes sent.
+		probe  *transport.ClientConn
+		probes uint64
 	}
-	// search is the search for the serving master that the client's
-	// sessions share (search.go).
-	search searches
+	// masterLease is the cell's master lease in nanoseconds, as replicas
+	// report it (0 until one does): the suspicion threshold of calls and
+	// the look-up's timeouts derive from it (whois.go).
+	masterLease atomic.Int64
 	// kas holds the KeepAlive stream of the current connection (cur,
 	// guarded by lock: a channel, so that waiting for it heeds a context).
 	kas struct {
@@ -197,6 +206,9 @@ func (c *Client) searchMaster(ctx context.Context) error {
 		if errors.Is(err, ErrTooManyConns) {
 			// A limit of the replica's, not a fault to wait out.
 			return fmt.Errorf("client: dial: %w", err)
+		}
+		if err == nil {
+			c.noteStatus(&st)
 		}
 		if err == nil && st.Master != 0 {
 			for _, r := range st.Replicas {
@@ -536,12 +548,18 @@ func (c *Client) dropAll(hint string) {
 	}
 }
 
-// heardFrom records that a reply arrived on cc now.
+// heardFrom records that a reply arrived on cc now. A reply on a
+// connection whose silence started the look-up under way proves its
+// replica alive: the suspicion's share in the look-up ends.
 func (c *Client) heardFrom(cc *transport.ClientConn) {
 	now := c.cfg.clock.Now()
 	c.mu.Lock()
 	if c.mu.conn == cc {
 		c.mu.heard, c.mu.heardAt = true, now
+	}
+	if lk := c.mu.look; lk != nil && lk.suspect == cc {
+		lk.suspect = nil
+		c.leaveLookupLocked(lk)
 	}
 	c.mu.Unlock()
 }
@@ -660,6 +678,23 @@ func (c *Client) exchange(ctx context.Context, cc *transport.ClientConn, m api.M
 	// which a fast reply makes common; the reply is still there to read,
 	// and a broken stream or connection shows in ReadFrame.
 	_ = s.CloseWrite()
+	if d := c.suspectAfter(); d > 0 {
+		// A master that leaves a call unanswered this long is suspect: look
+		// for the master while the call waits. A long-poll's wait says
+		// nothing of the master, so half-way through a probe asks it
+		// whether it is there (whois.go).
+		sent := c.cfg.clock.Now()
+		var t *time.Timer
+		switch info, _ := m.Info(); {
+		case !info.LongPoll:
+			t = time.AfterFunc(d, func() { c.suspect(cc, sent) })
+		case info.Admission != api.AdmitKeepAlive:
+			t = time.AfterFunc(d/2, func() { c.probeSilent(cc, sent, d/2) })
+		}
+		if t != nil {
+			defer t.Stop()
+		}
+	}
 	f, err := s.ReadFrame(ctx)
 	if err != nil {
 		c.dropIfBroken(ctx, cc, err)

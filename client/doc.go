@@ -31,13 +31,16 @@
 //
 // A master answers every KeepAlive on a known cadence (a twelfth of the
 // session lease by default: 1 s of 12 s), so a client always keeps most
-// of its lease in hand (about 11 s of 12 s) and a master that falls
-// silent past the cadence and SilenceMargin is known to be dead, deposed
-// or cut off. The KeepAlive loop then asks every replica at once who the
-// master is and moves the client there, as it also does when a KeepAlive
-// fails without naming the master. A fail-over that ends within the lease
-// is invisible to lock holders: no jeopardy, lock contexts intact, one
-// EventFailover.
+// of its lease in hand (about 11 s of 12 s). A master that leaves a call
+// unanswered for half the master lease (0.4 s of the cell's default
+// 0.8 s), or its KeepAlives past the cadence and SilenceMargin, is
+// suspected dead, deposed or cut off: the client then asks every replica
+// at once who the master is, other than the suspect, and each replica
+// answers the moment it knows (at the election), so the client moves to
+// the new master within a round trip of its election; it does the same
+// when a KeepAlive fails without naming the master. A fail-over that ends
+// within the lease is invisible to lock holders: no jeopardy, lock
+// contexts intact, one EventFailover.
 //
 // # Calls and retries
 //

@@ -2,13 +2,13 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/wire"
 	"github.com/lockcell/lockcell/sequencer"
 )
 
@@ -192,29 +192,34 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 const leaderMagic = "LE\x01"
 
 func encodeLeader(value, seq []byte) []byte {
-	b := append([]byte(leaderMagic), binary.AppendUvarint(nil, uint64(len(seq)))...)
-	b = append(b, seq...)
-	return append(b, value...)
+	w := wire.NewWriter(make([]byte, 0, len(leaderMagic)+wire.UvarintLen(uint64(len(seq)))+len(seq)+len(value)))
+	w.RawString(leaderMagic)
+	w.LenBytes(seq)
+	w.Raw(value)
+	return w.Bytes()
 }
 
 // decodeLeader parses the node's contents and checks them against its
 // stat: the lock must be held exclusively at the written generation on the
-// same node instance.
+// same node instance. The sequencer's length is read by internal/wire, so
+// a padded (non-canonical) length is refused as every other decoder of
+// ours refuses one.
 func decodeLeader(stat api.NodeStat, b []byte) (Leader, bool) {
 	if len(b) < len(leaderMagic) || string(b[:len(leaderMagic)]) != leaderMagic {
 		return Leader{}, false
 	}
-	b = b[len(leaderMagic):]
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
+	r := wire.NewReader(b[len(leaderMagic):])
+	raw := r.LenBytes(uint64(len(b)), "leader sequencer")
+	value := r.Next(r.Len(), "leader value")
+	if r.Err() != nil {
 		return Leader{}, false
 	}
-	seq, err := sequencer.Parse(b[k : k+int(n)])
+	seq, err := sequencer.Parse(raw)
 	if err != nil {
 		return Leader{}, false
 	}
 	if stat.LockMode != api.LockExclusive || stat.LockGeneration != seq.Generation || stat.Instance != seq.Instance {
 		return Leader{}, false
 	}
-	return Leader{Value: append([]byte(nil), b[k+int(n):]...), Sequencer: seq}, true
+	return Leader{Value: append([]byte(nil), value...), Sequencer: seq}, true
 }

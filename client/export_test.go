@@ -51,7 +51,7 @@ func OnDrain(c *Client, f func(*transport.ClientConn)) {
 // client has begun (one is shared by every session that looks while it
 // runs).
 func SearchesStarted(c *Client) uint64 {
-	c.search.mu.Lock()
-	defer c.search.mu.Unlock()
-	return c.search.started
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.lookups
 }

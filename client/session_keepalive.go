@@ -20,6 +20,8 @@ type kaResult struct {
 	// redirected: the failure sends the client to a named master (see
 	// Client.redirectedSince).
 	redirected bool
+	// replica is the replica the KeepAlive went to (0 if none).
+	replica uint64
 }
 
 // liveKA is a KeepAlive in flight.
@@ -95,6 +97,8 @@ type loop struct {
 type foundMaster struct {
 	gen  uint64
 	addr string // "" if the search gave up
+	// moved: the search moved the client to addr itself.
+	moved bool
 }
 
 // run is the KeepAlive loop.
@@ -168,7 +172,7 @@ func (l *loop) step(now monotime.Time) {
 			l.live[id] = ka
 			l.s.c.log.Info("client: master silent past its KeepAlive cadence; asking every replica who the master is",
 				"session", l.s.id, "cadence", l.cadence, "master", l.s.c.connAddr())
-			l.find()
+			l.find(l.s.c.connReplica())
 		}
 	}
 	switch l.s.loopState() {
@@ -245,6 +249,7 @@ func (l *loop) start(now monotime.Time) {
 	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack}
 	results, stop := l.results, l.s.stop
 	hold := l.s.holdKA.Load()
+	replica := l.s.c.connReplica() // where it goes, as far as the client knows now
 	go func() {
 		defer cancel()
 		var resp api.KeepAliveResponse
@@ -260,7 +265,7 @@ func (l *loop) start(now monotime.Time) {
 		}
 		redirected := err != nil && l.s.c.redirectedSince(before, err)
 		select {
-		case results <- kaResult{id: id, sent: now, resp: resp, err: err, redirected: redirected}:
+		case results <- kaResult{id: id, sent: now, resp: resp, err: err, redirected: redirected, replica: replica}:
 		case <-stop:
 		}
 	}()
@@ -351,8 +356,9 @@ func (l *loop) handle(r kaResult) {
 		l.backoff()
 		if !named && (!l.moved || !r.sent.Before(l.movedAt)) {
 			// No successor named: ask every replica at once rather than
-			// try them one by one.
-			l.find()
+			// try them one by one, for a master other than the replica
+			// that failed it.
+			l.find(r.replica)
 		}
 	}
 }
@@ -408,13 +414,15 @@ func (l *loop) enterJeopardy() {
 	// and the search below finds its master.
 	dropped := l.s.c.dropIfSilent(l.heardAt)
 	l.s.c.log.Info("client: session in jeopardy", "session", l.s.id, "grace", l.s.cfg.GracePeriod, "connection_closed", dropped)
-	l.find()
+	l.find(0)
 }
 
-// find starts a search for the serving master (Client.findServingMaster),
-// unless one is under way. It ends when a master is found, when a
-// KeepAlive is answered, or when the session ends.
-func (l *loop) find() {
+// find joins the client's search for the serving master (whois.go), or
+// starts one that excludes replica except (0: none) as master, unless
+// this session already waits for one. The session's interest ends when a
+// master is found, when a KeepAlive is answered, or when the session ends;
+// the search itself ends when nobody waits for it any more.
+func (l *loop) find(except uint64) {
 	if l.finding {
 		return
 	}
@@ -423,13 +431,24 @@ func (l *loop) find() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.stopFind = cancel
 	c, found, stop, gen := l.s.c, l.found, l.s.stop, l.findGen
+	c.mu.Lock()
+	skip := ""
+	if cc := c.mu.conn; except != 0 && cc != nil && cc.ReplicaID() == except {
+		skip = cc.Addr()
+	}
+	lk := c.joinLookupLocked(except, skip, nil)
+	c.mu.Unlock()
 	go func() {
-		addr, err := c.sharedSearch(ctx)
-		if err != nil {
-			addr = ""
+		defer c.leaveLookup(lk)
+		select {
+		case <-lk.done:
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
 		}
 		select {
-		case found <- foundMaster{gen: gen, addr: addr}:
+		case found <- foundMaster{gen: gen, addr: lk.addr, moved: lk.moved}:
 		case <-ctx.Done():
 		case <-stop:
 		}
@@ -459,7 +478,7 @@ func (l *loop) moveTo(f foundMaster) {
 	if f.addr == "" {
 		return
 	}
-	moved := l.s.c.moveTo(f.addr, l.stuck >= 2, l.heardAt)
+	moved := f.moved || l.s.c.moveTo(f.addr, l.stuck >= 2, l.heardAt)
 	if moved {
 		l.stuck = 0
 		l.moved = true

@@ -1,6 +1,7 @@
 package celltest
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -39,14 +40,21 @@ type SimConfig struct {
 
 // SimResult is what a simulation judged and found.
 type SimResult struct {
-	// TraceHash digests the fault schedule and, per client, the sequence
-	// of operations and their outcome classes (see Simulate on how far the
-	// same seed repeats it).
+	// TraceHash digests Trace. It is a function of the seed (and the
+	// SimConfig) alone: two runs of one seed give the same TraceHash (see
+	// Simulate for what it covers and what it cannot).
 	TraceHash uint64
-	// ScheduleHash digests the fault schedule alone.
-	ScheduleHash uint64
+	// Trace is the run's deterministic trace, one line per event: each
+	// replica's clock rate, then every fault injected or undone (its kind,
+	// the role it was aimed at, its step, its planned instant and length),
+	// then the recovery.
+	Trace []string
+	// OutcomeHash digests, per client, the sequence of operations it ran
+	// and their outcome classes. It is not repeatable: it depends on how
+	// the Go scheduler interleaved the cell's goroutines (see Simulate).
+	OutcomeHash uint64
 	// Faults counts the faults injected by kind (crash, restart, isolate,
-	// mute, heal, stall, pause, resume); MasterFaults those aimed at the
+	// mute, heal, stall, pause, resume); MasterFaults those that hit the
 	// master.
 	Faults       map[string]int
 	MasterFaults int
@@ -92,15 +100,43 @@ type SimResult struct {
 // replica that falls behind because applying costs it too much CPU is not
 // found here (see namespace's TestCacheCheckCostBounded for one such cost).
 //
-// The fault schedule (kinds, roles aimed at, durations, pauses) is a
-// function of the seed: ScheduleHash digests it and repeats between runs
-// of one seed (a fault skipped because its target is already down can
-// change it, in principle). Which replica is master, and so which one a
-// fault aimed at "the master" hits, and every client operation's outcome
-// depend on how the Go scheduler interleaves the cell's goroutines (and
-// on the order of Pebble's background work), which synctest does not fix:
-// TraceHash differs between runs of one seed, and a failing seed may need
-// a few replays to fail again.
+// # What a seed repeats
+//
+// The seed decides, and a replay of it repeats exactly (TraceHash, Trace):
+// each replica's clock rate; the fault schedule — every fault's kind, the
+// role it is aimed at (the master, or a replica), the step and planned
+// instant it is injected and undone, its length, and whether it is
+// skipped (only to keep the faulty replicas a minority, which depends on
+// the schedule alone); and each client's choice at its k-th operation
+// (kind, lock, file, pause: a generator per client and operation, so an
+// outcome never shifts a later choice). The schedule keeps its own
+// planned clock, so a control that takes simulated time (a crash waits
+// for the replica's goroutines) never moves a later fault; a fault aimed
+// at a role whose replica is already faulty goes to the lowest-id healthy
+// replica rather than being skipped, so how many faults are in force
+// never depends on which replica is master.
+//
+// What the seed cannot fix, and so what TraceHash leaves out: the order
+// in which the goroutines runnable at one simulated instant run.
+// synctest fixes when things happen, not in which order: with GOMAXPROCS
+// above 1 they run in parallel, and even at GOMAXPROCS=1 the runtime picks
+// among ready select cases, iterates maps and schedules goroutines with
+// its own per-process random seed, which no program can set. The cell has
+// many such goroutines (each replica's run loop, RPC handlers, quic-go's
+// per-connection loops, Pebble's flushes and compactions, each client's
+// KeepAlive loop), and memnet delivers at once, so many events share an
+// instant. Downstream of that order: which replica wins an election, and
+// so which replica a fault aimed at "the master" hits; which of two
+// clients' requests reaches the master first; and every client
+// operation's outcome and timing, which is what OutcomeHash digests and
+// why it differs between runs of one seed. Other sources not from the
+// seed, which matter less: crypto/rand in TLS 1.3 handshakes, QUIC
+// connection ids, the cell's token ids and the test CA and signing keys
+// (bytes, not timing), and the process-wide math/rand jitter of the
+// client's reconnect backoff (client/conn.go) and a replica's peer redial
+// (transport/peer.go): with both set to constants, seed 1's outcome
+// traces still diverged within the first 2 s of simulated time. A failing
+// seed may therefore need a few replays to fail again.
 func Simulate(t testing.TB, cfg SimConfig) SimResult {
 	t.Helper()
 	if cfg.Steps == 0 {
@@ -118,7 +154,7 @@ func Simulate(t testing.TB, cfg SimConfig) SimResult {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	s := &sim{cfg: cfg, schedule: fnv.New64a()}
+	s := &sim{cfg: cfg, trace: fnv.New64a()}
 	s.mu.res = SimResult{Faults: map[string]int{}}
 	s.mu.held = map[int]map[*holder]bool{}
 	s.mu.seen = map[string]int{}
@@ -128,25 +164,36 @@ func Simulate(t testing.TB, cfg SimConfig) SimResult {
 	scales := map[uint64]float64{}
 	for id := uint64(1); id <= uint64(cfg.Replicas); id++ {
 		scales[id] = 1 + float64(rng.IntN(900))/100_000
+		s.traceEvent("replica %d: clock rate %.5f", id, scales[id])
 	}
-	cfg.Logf("clock rates %v", scales)
 	s.c = Start(t, Options{Replicas: cfg.Replicas, Seed: cfg.Seed, ClockScale: scales})
 	s.run(t)
-	s.mu.res.ScheduleHash = s.schedule.Sum64()
+	s.mu.res.TraceHash = s.trace.Sum64()
 	h := fnv.New64a()
-	h.Write(binary.LittleEndian.AppendUint64(nil, s.mu.res.ScheduleHash))
 	for _, w := range s.workers {
-		h.Write(binary.LittleEndian.AppendUint64(nil, w.trace.Sum64()))
+		h.Write(binary.LittleEndian.AppendUint64(nil, w.outcomes.Sum64()))
 	}
-	s.mu.res.TraceHash = h.Sum64()
+	s.mu.res.OutcomeHash = h.Sum64()
 	return s.mu.res
 }
 
+// traceEvent adds a line to the deterministic trace (SimResult.Trace and
+// TraceHash) and logs it. Only Simulate's own goroutine calls it (the
+// fault schedule runs there), so the lines come in one order.
+func (s *sim) traceEvent(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	fmt.Fprintf(s.trace, "%s\n", line)
+	s.mu.Lock()
+	s.mu.res.Trace = append(s.mu.res.Trace, line)
+	s.mu.Unlock()
+	s.cfg.Logf("%v %s", simNow(), line)
+}
+
 type sim struct {
-	cfg      SimConfig
-	c        *Cell
-	schedule hash.Hash64
-	workers  []*worker
+	cfg     SimConfig
+	c       *Cell
+	trace   hash.Hash64 // the deterministic trace; see traceEvent
+	workers []*worker
 
 	mu struct {
 		sync.Mutex
@@ -175,14 +222,15 @@ type holder struct {
 // worker is one client process with one session.
 type worker struct {
 	id    int
-	rng   *rand.Rand
 	cl    *client.Client
 	s     *client.Session
 	files []*client.Handle
 	locks []*client.Handle
-	mine  map[int]*holder
-	trace hash.Hash64
-	n     int // the number of this client's latest write
+	// mine: per lock (by index), this client's acknowledged grant, or nil.
+	// A slice, not a map: the client gives its locks up in index order.
+	mine     []*holder
+	outcomes hash.Hash64 // operations and outcome classes (OutcomeHash)
+	n        int         // the number of this client's latest write
 }
 
 // violate records a broken invariant; a repeat of one already recorded
@@ -235,7 +283,7 @@ func (s *sim) run(t testing.TB) {
 	for _, id := range s.c.IDs() {
 		s.c.Restart(id)
 	}
-	s.cfg.Logf("%v recover: every replica running, every partition healed", simNow())
+	s.traceEvent("recover: every replica running, every partition healed")
 	time.Sleep(2 * time.Second)
 	stopWork()
 	wg.Wait()
@@ -265,7 +313,7 @@ func (s *sim) run(t testing.TB) {
 const convergeWithin = 30 * time.Second
 
 func (s *sim) newWorker(ctx context.Context, i int) (*worker, error) {
-	w := &worker{id: i, rng: rand.New(rand.NewPCG(s.cfg.Seed, uint64(i)+1)), mine: map[int]*holder{}, trace: fnv.New64a()}
+	w := &worker{id: i, mine: make([]*holder, s.cfg.Locks), outcomes: fnv.New64a()}
 	return w, s.connect(ctx, w)
 }
 
@@ -323,6 +371,9 @@ func (s *sim) connect(ctx context.Context, w *worker) error {
 // survival hinge on how fast a client in jeopardy finds the new master.)
 func (s *sim) restart(ctx context.Context, w *worker) string {
 	for j, hd := range w.mine {
+		if hd == nil {
+			continue
+		}
 		s.mu.Lock()
 		hd.releasing = true
 		s.mu.Unlock()
@@ -379,13 +430,19 @@ func outcome(err error) string {
 // and then and so find the current master: between them, a deposed master
 // that goes on serving meets clients of the new one.
 func (s *sim) work(ctx context.Context, w *worker) {
-	for ctx.Err() == nil {
+	for k := uint64(0); ctx.Err() == nil; k++ {
 		if w.s.State() == client.StateExpired {
 			return
 		}
+		// The k-th operation's choices come from a generator of its own,
+		// each drawn whatever the branch, so that an outcome never shifts
+		// a later choice: client i's k-th choice is the seed's alone.
+		rng := rand.New(rand.NewPCG(s.cfg.Seed, uint64(w.id+1)<<40|k))
+		op := rng.IntN(100)
+		j := rng.IntN(s.cfg.Locks)
+		f := rng.IntN(s.cfg.Clients)
+		pause := time.Duration(10+rng.IntN(290)) * time.Millisecond
 		opCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		op := w.rng.IntN(100)
-		j := w.rng.IntN(s.cfg.Locks)
 		if w.id == 0 && op >= 70 && w.mine[j] != nil && op < 97 {
 			op = 50 // the steady client mostly keeps what it holds
 		}
@@ -400,14 +457,13 @@ func (s *sim) work(ctx context.Context, w *worker) {
 		case op < 40 && w.id != 0:
 			desc = s.write(opCtx, w)
 		case op < 70:
-			desc = s.read(opCtx, w, w.rng.IntN(s.cfg.Clients))
+			desc = s.read(opCtx, w, f)
 		default:
 			desc = s.lockOp(opCtx, w, j)
 		}
 		cancel()
-		fmt.Fprintf(w.trace, "%s;", desc)
+		fmt.Fprintf(w.outcomes, "%s;", desc)
 		s.cfg.Logf("%v client %d: %s", simNow(), w.id, desc)
-		pause := time.Duration(10+w.rng.IntN(290)) * time.Millisecond
 		select {
 		case <-ctx.Done():
 		case <-time.After(pause):
@@ -415,6 +471,9 @@ func (s *sim) work(ctx context.Context, w *worker) {
 	}
 	// Give up what is still held, so that the end state is quiet.
 	for j, hd := range w.mine {
+		if hd == nil {
+			continue
+		}
 		s.mu.Lock()
 		hd.releasing = true
 		s.mu.Unlock()
@@ -474,7 +533,7 @@ func (s *sim) lockOp(ctx context.Context, w *worker, j int) string {
 		hd.releasing = true
 		s.mu.Unlock()
 		err := hd.l.Release(ctx)
-		delete(w.mine, j)
+		w.mine[j] = nil
 		s.unregister(j, hd)
 		return fmt.Sprintf("release lock%d gen %d %s", j, hd.l.Generation(), outcome(err))
 	}
@@ -570,34 +629,57 @@ func (s *sim) sample(ctx context.Context) {
 	}
 }
 
-// fault is a fault in force: its kind (crash, stall, pause, isolate) and
-// when the schedule undoes it.
+// fault is a fault in force: its kind (crash, stall, pause, isolate,
+// mute), the role it was aimed at, the step that injected it and the
+// planned instant (on the schedule's clock) at which the schedule undoes
+// it.
 type fault struct {
-	kind  string
-	until time.Time
+	kind   string
+	target string
+	step   int
+	until  time.Duration
 }
 
 // faults runs the fault schedule. Each step first undoes the faults whose
 // time is up, then may inject one: a crash, a stall (the run loop stops,
 // the network stays up), a pause (loop and network stop), an isolation
 // from the peers or a mute (what it sends to its peers is lost), aimed at
-// the master half of the time. A fault lasts
-// 0.5–3 s, or 5–40 s three times in ten (longer than the session lease
-// and the lock-delay together, so that a master that serves without its
-// lease has time to hand out what it no longer owns). At most a minority
-// of the replicas is faulty at once, so that a majority can always elect a
-// master and every fail-over ends within the session lease.
+// the master half of the time. A fault lasts 0.5–3 s, or 5–40 s three
+// times in ten (longer than the session lease and the lock-delay
+// together, so that a master that serves without its lease has time to
+// hand out what it no longer owns). At most a minority of the replicas is
+// faulty at once, so that a majority can always elect a master and every
+// fail-over ends within the session lease.
+//
+// The schedule runs on its own planned clock (at: the sum of the steps'
+// seeded waits), sleeping until each step's planned instant, and decides
+// only by it, never by time.Now: a control that takes simulated time
+// delays the faults after it but does not change them (see Simulate).
 func (s *sim) faults(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(s.cfg.Seed, 0))
 	ids := s.c.IDs()
 	down := map[uint64]fault{}
 	minority := (len(ids) - 1) / 2
+	start := time.Now()
+	var at time.Duration
 	for step := 0; step < s.cfg.Steps && ctx.Err() == nil; step++ {
-		for _, id := range ids {
-			f, ok := down[id]
-			if !ok || time.Now().Before(f.until) {
-				continue
+		if d := time.Until(start.Add(at)); d > 0 {
+			time.Sleep(d)
+		}
+		// Undo the faults whose time is up, earliest first (ties: the
+		// earlier injected first), not in replica-id order: which replica
+		// a fault hit is not the seed's to decide.
+		var due []uint64
+		for id, f := range down {
+			if f.until <= at {
+				due = append(due, id)
 			}
+		}
+		slices.SortFunc(due, func(a, b uint64) int {
+			return cmp.Or(cmp.Compare(down[a].until, down[b].until), cmp.Compare(down[a].step, down[b].step))
+		})
+		for _, id := range due {
+			f := down[id]
 			delete(down, id)
 			undo := "restart"
 			switch f.kind {
@@ -611,6 +693,7 @@ func (s *sim) faults(ctx context.Context) {
 				undo = "heal"
 			}
 			s.count(undo, false)
+			s.traceEvent("%v step %d: %s (the %s of step %d, aimed at the %s)", at, step, undo, f.kind, f.step, f.target)
 			s.cfg.Logf("%v step %d: %s %d", simNow(), step, undo, id)
 		}
 		kind := []string{"crash", "stall", "pause", "isolate", "mute", "none", "none"}[rng.IntN(7)]
@@ -621,19 +704,31 @@ func (s *sim) faults(ctx context.Context) {
 			dur = time.Duration(5000+rng.IntN(35000)) * time.Millisecond
 		}
 		wait := time.Duration(200+rng.IntN(2800)) * time.Millisecond
-		target := "replica"
+		target, hitMaster := "replica", false
 		if atMaster {
 			target = "master"
 			if m := s.c.Master(); m != nil {
-				pick = m.ID()
+				pick, hitMaster = m.ID(), true
 			}
 		}
-		if _, ok := down[pick]; ok || len(down) >= minority {
+		if len(down) >= minority {
 			kind = "none"
 		}
-		fmt.Fprintf(s.schedule, "%d:%s:%s:%v;", step, kind, target, dur)
+		if _, ok := down[pick]; ok && kind != "none" {
+			// The role's replica is already faulty (a stalled or muted
+			// master still says it is master until its lease runs out):
+			// the fault goes to the lowest-id healthy replica instead of
+			// being skipped, so that how many faults are in force depends
+			// on the seed alone.
+			for _, id := range ids {
+				if _, ok := down[id]; !ok {
+					pick, hitMaster = id, false
+					break
+				}
+			}
+		}
 		if kind != "none" {
-			down[pick] = fault{kind: kind, until: time.Now().Add(dur)}
+			down[pick] = fault{kind: kind, target: target, step: step, until: at + dur}
 			switch kind {
 			case "crash":
 				s.c.Crash(pick)
@@ -644,14 +739,21 @@ func (s *sim) faults(ctx context.Context) {
 			case "isolate", "mute":
 				s.isolate(ids, down)
 			}
-			s.count(kind, atMaster)
+			s.count(kind, hitMaster)
+			s.traceEvent("%v step %d: %s the %s for %v", at, step, kind, target, dur)
 			s.cfg.Logf("%v step %d: %s %d (the %s) for %v", simNow(), step, kind, pick, target, dur)
+		} else {
+			s.traceEvent("%v step %d: none", at, step)
 		}
-		time.Sleep(wait)
+		at += wait
+	}
+	if d := time.Until(start.Add(at)); d > 0 {
+		time.Sleep(d)
 	}
 }
 
-// count counts an injected fault (or its undoing).
+// count counts an injected fault (or its undoing); atMaster: it hit the
+// replica that served as master.
 func (s *sim) count(kind string, atMaster bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
