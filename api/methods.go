@@ -159,6 +159,13 @@ var methodTable = []MethodInfo{
 	{Method: MethodRevokeToken, Admission: AdmitAdmin, NeedsMaster: true, Idempotency: NotIdempotent},
 	{Method: MethodListTokens, Admission: AdmitAdmin, NeedsMaster: true, Idempotency: Idempotent},
 	{Method: MethodSaveSnapshot, Admission: AdmitAdmin, NeedsMaster: true, Idempotency: Idempotent},
+	// Membership changes go step by step, and each request resumes where
+	// an interrupted one stopped (a repeat of a finished one reports the
+	// membership). They wait for a new replica to catch up, so they may
+	// take long.
+	{Method: MethodAddReplica, Admission: AdmitAdmin, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},
+	{Method: MethodRemoveReplica, Admission: AdmitAdmin, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},
+	{Method: MethodReplaceReplica, Admission: AdmitAdmin, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},
 }
 
 // methodIndex is methodTable by method number.

@@ -48,6 +48,9 @@ const (
 	MethodSaveSnapshot
 	MethodKeepAliveStream
 	MethodKeepAliveBatch
+	MethodAddReplica
+	MethodRemoveReplica
+	MethodReplaceReplica
 
 	numMethods // keep last
 )
@@ -81,6 +84,9 @@ var methodNames = [...]string{
 	MethodSaveSnapshot:       "SaveSnapshot",
 	MethodKeepAliveStream:    "KeepAliveStream",
 	MethodKeepAliveBatch:     "KeepAliveBatch",
+	MethodAddReplica:         "AddReplica",
+	MethodRemoveReplica:      "RemoveReplica",
+	MethodReplaceReplica:     "ReplaceReplica",
 }
 
 // String returns the method's name, for example "Acquire".
@@ -498,6 +504,9 @@ type ReplicaStatus struct {
 	// heard the replica's latest report: 0 for the answering replica
 	// itself, -1 if it never heard one.
 	HeardMillis int64 `msgpack:"h,omitempty"`
+	// Learner reports a member that votes in nothing yet: a replica being
+	// added, which is promoted to voter once it has caught up.
+	Learner bool `msgpack:"ln,omitempty"`
 }
 
 // CellStatusResponse describes the cell. A tenant principal learns only
@@ -534,6 +543,10 @@ type CellStatusResponse struct {
 	// replicas who the master is (a live master renews its lease four
 	// times per lease and answers well within it).
 	MasterLease int64 `msgpack:"ml,omitempty"`
+	// MembershipSlot is the Paxos slot at which the membership in
+	// Replicas was chosen, as far as the answering replica has applied the
+	// log (0: the cell's first membership).
+	MembershipSlot uint64 `msgpack:"ms,omitempty"`
 }
 
 // StepDownRequest asks the master to hand mastership over (administrator

@@ -268,7 +268,14 @@ func (r *CheckReport) checkLogAndState(db *pebble.DB) {
 		return
 	}
 	if !snap.IsEmpty() {
-		slot, sum, err := namespace.VerifySnapshot(bytes.NewReader(snap.Data))
+		dir, nsData, err := unwrapSnapshot(snap.Data)
+		if err == nil && dir != nil {
+			r.fact("the Paxos log's snapshot at slot %d carries the membership %s (chosen at slot %d)", snap.Slot, dir.Members.String(), dir.Members.Index)
+		}
+		var slot, sum uint64
+		if err == nil {
+			slot, sum, err = namespace.VerifySnapshot(bytes.NewReader(nsData))
+		}
 		switch {
 		case err != nil:
 			r.problem("the Paxos log's snapshot at slot %d does not verify: %v", snap.Slot, err)

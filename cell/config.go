@@ -57,6 +57,12 @@ type Config struct {
 	// Replicas maps every replica's id (this one included) to its UDP
 	// address "host:port". Every replica must use the same map. Required.
 	Replicas map[uint64]string
+	// Join marks a replica that was not among the cell's first replicas:
+	// it joins a running cell (AddReplica adds it), starting outside the
+	// membership, as a learner that votes in nothing. Replicas then lists
+	// this replica and the ones to reach at its first start; the cell
+	// tells it the rest. Set it on every start of such a replica.
+	Join bool
 	// DataDir holds this replica's Pebble store. Required.
 	DataDir string
 	// CA is the cell CA pool: peers' and clients' certificates must chain to
@@ -256,6 +262,8 @@ func (c Config) validate() error {
 		return bad("Replicas is required")
 	case c.Replicas[c.ID] == "":
 		return bad("Replicas has no address for this replica (%d)", c.ID)
+	case c.Join && len(c.Replicas) < 2:
+		return bad("Join needs the address of at least one other replica in Replicas")
 	case c.DataDir == "":
 		return bad("DataDir is required")
 	case c.CA == nil:

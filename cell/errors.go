@@ -3,6 +3,7 @@ package cell
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/paxos"
@@ -39,13 +40,18 @@ func (r *Replica) proposeError(err error) *api.Error {
 // notMaster is the NotMaster error naming the master this replica knows
 // of, or else the successor it handed mastership to (a redirect the
 // client follows at once).
+//
+// A replica removed from the cell says so: it serves no clients again.
 func (r *Replica) notMaster() *api.Error {
 	e := apiErr(api.NotMaster, "this replica is not the master")
 	if st := r.status.Load(); st != nil && st.Leader != 0 && uint64(st.Leader) != r.cfg.ID {
-		e.Master = r.cfg.Replicas[uint64(st.Leader)]
+		e.Master = r.addrOf(uint64(st.Leader))
 	} else if s := r.successor.Load(); s != 0 && s != r.cfg.ID {
-		e.Master = r.cfg.Replicas[s]
+		e.Master = r.addrOf(s)
 		e.Msg = "this replica handed mastership over"
+	}
+	if d := r.mem.view.Load(); d != nil && d.retired(r.cfg.ID) {
+		e.Msg = fmt.Sprintf("replica %d was removed from the cell (membership of slot %d: %s); it serves no clients", r.cfg.ID, d.Members.Index, d.Members.String())
 	}
 	return e
 }

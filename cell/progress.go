@@ -102,10 +102,7 @@ func (r *Replica) maybeReportProgress(now monotime.Time) {
 		return
 	}
 	r.progress.sent, r.progress.last = now, rep
-	for id := range r.cfg.Replicas {
-		if id == r.cfg.ID {
-			continue
-		}
+	for _, id := range r.ep.Peers() {
 		if err := r.ep.Send(id, tagProgress, &rep); err != nil {
 			r.log.Debug("send progress", "to", id, "err", err)
 		}

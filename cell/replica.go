@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,6 +122,9 @@ type Replica struct {
 	// promised is the promised ballot of the latest Ready that carried a
 	// HardState.
 	promised paxos.Ballot
+	// mem is the replica's share of membership change (membership.go,
+	// rpc_member.go): the directory and the changes in flight.
+	mem memberState
 }
 
 // Start opens the replica's store under cfg.DataDir, starts its endpoint
@@ -196,11 +200,7 @@ func (r *Replica) open(ctx context.Context) error {
 		return fmt.Errorf("cell: paxos log: %w", err)
 	}
 	r.lastSnap = uint64(snap.Slot)
-	ids := r.cfg.replicaIDs()
-	pids := make([]paxos.ID, len(ids))
-	for i, id := range ids {
-		pids[i] = paxos.ID(id)
-	}
+	pids := r.initialVoters()
 	r.node, err = paxos.NewNode(paxos.Config{
 		ID:             paxos.ID(r.cfg.ID),
 		Replicas:       pids,
@@ -220,15 +220,15 @@ func (r *Replica) open(ctx context.Context) error {
 	}
 	st := r.node.Status()
 	r.status.Store(&st)
+	if err := r.loadMembers(pids); err != nil {
+		return err
+	}
 	r.metrics = newMetrics(r)
 	r.sums.record(r.ns.AppliedSlot(), r.ns.Checksum())
 	r.reportLoss(&st)
-	peers := map[uint64]string{}
-	for id, addr := range r.cfg.Replicas {
-		if id != r.cfg.ID {
-			peers[id] = addr
-		}
-	}
+	peers, _ := r.wantPeers(st.Members)
+	r.mem.synced = paxos.Membership{Voters: slices.Clone(st.Members.Voters), Learners: slices.Clone(st.Members.Learners), Index: st.Members.Index}
+	r.mem.syncedDir = r.mem.dir
 	r.ep, err = transport.Listen(ctx, transport.Config{
 		ID:                  r.cfg.ID,
 		Addr:                r.cfg.Replicas[r.cfg.ID],
@@ -356,6 +356,17 @@ type Status struct {
 	// (api.KeepAliveBatchRequest), however many sessions it carries, and
 	// one per per-session KeepAlive.
 	KeepAliveFrames uint64
+	// Voters and Learners are the cell's members as of the applied slot,
+	// sorted; MembershipSlot is the slot that membership was chosen at (0:
+	// the cell's first). Removed reports that this replica was a member
+	// and is no longer: it serves no clients and votes in nothing.
+	Voters, Learners []uint64
+	MembershipSlot   uint64
+	Removed          bool
+	// RefusedPeers counts the replicas' handshakes and messages this
+	// replica refused because they are not members
+	// (transport.Stats.RefusedNotPeer).
+	RefusedPeers uint64
 }
 
 // Status returns the replica's current status.
@@ -377,6 +388,17 @@ func (r *Replica) Status() Status {
 		LoopStuck: r.watch.stuck.Load(),
 
 		KeepAliveFrames: r.kaFrames.Load(),
+		RefusedPeers:    r.ep.RefusedNotPeer(),
+	}
+	if d := r.mem.view.Load(); d != nil {
+		for _, id := range d.Members.Voters {
+			out.Voters = append(out.Voters, uint64(id))
+		}
+		for _, id := range d.Members.Learners {
+			out.Learners = append(out.Learners, uint64(id))
+		}
+		out.MembershipSlot = uint64(d.Members.Index)
+		out.Removed = d.retired(r.cfg.ID)
 	}
 	if m != nil {
 		out.Sessions = m.sessions.Sessions()
@@ -576,6 +598,7 @@ func (r *Replica) run(ctx context.Context) {
 	defer close(r.done)
 	defer r.loseMaster("stopped")
 	defer r.pipe.stop()
+	defer r.stopMemberWaiters()
 	interval := r.tickInterval()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -799,6 +822,7 @@ func (r *Replica) execute(fx *effects) error {
 	}
 	// 6. Answer the proposals the core ended without applying them.
 	r.pipe.refuse(fx.refusals)
+	r.refuseMemberWaiters(fx.refusals)
 	// 7. Advance.
 	r.node.Advance(rd)
 	return nil
@@ -817,9 +841,14 @@ func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 	if err := r.store.recordGuard(false); err != nil {
 		return err
 	}
-	if err := r.ns.InstallSnapshot(bytes.NewReader(snap.Data)); err != nil {
+	dir, nsData, err := unwrapSnapshot(snap.Data)
+	if err != nil {
 		return fmt.Errorf("installing snapshot at slot %d: %w", snap.Slot, err)
 	}
+	if err := r.ns.InstallSnapshot(bytes.NewReader(nsData)); err != nil {
+		return fmt.Errorf("installing snapshot at slot %d: %w", snap.Slot, err)
+	}
+	r.installDirectory(dir, snap)
 	r.lastSnap = uint64(snap.Slot)
 	r.sums.record(uint64(snap.Slot), r.ns.Checksum())
 	r.metrics.snapshotsInstalled.Inc()
@@ -829,10 +858,22 @@ func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 
 // apply applies one chosen slot to the namespace and returns its commands'
 // results, or nil if a snapshot already covered the slot.
+//
+// A membership change and the cell's own commands go to the directory
+// (membership.go), never to the namespace: a slot of a membership change
+// is applied to the namespace as an empty slot, and a cell command's
+// result is the zero Result.
 func (r *Replica) apply(e paxos.Entry) ([]namespace.Result, error) {
-	cmds := make([][]byte, len(e.Value.Cmds))
-	for i, c := range e.Value.Cmds {
-		cmds[i] = c.Data
+	cmds := make([][]byte, 0, len(e.Value.Cmds))
+	cellCmds := false
+	for _, c := range e.Value.Cmds {
+		switch {
+		case e.Value.Conf != nil:
+		case isCellCommand(c.Data):
+			cellCmds = true
+		default:
+			cmds = append(cmds, c.Data)
+		}
 	}
 	results, err := r.ns.ApplySlot(uint64(e.Slot), cmds)
 	if errors.Is(err, namespace.ErrAlreadyApplied) {
@@ -840,6 +881,12 @@ func (r *Replica) apply(e paxos.Entry) ([]namespace.Result, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("applying slot %d: %w", e.Slot, err)
+	}
+	r.applyMembers(e)
+	if e.Value.Conf != nil {
+		results = nil // no namespace command to answer
+	} else if cellCmds {
+		results = spliceResults(e.Value.Cmds, results)
 	}
 	r.sums.record(uint64(e.Slot), r.ns.Checksum())
 	r.metrics.batchSize.Observe(float64(len(cmds)))
@@ -857,7 +904,11 @@ func (r *Replica) maybeSnapshot() error {
 	if err != nil {
 		return fmt.Errorf("taking snapshot: %w", err)
 	}
-	if err := r.logdb.SaveSnapshot(paxos.Snapshot{Slot: paxos.Slot(slot), Data: buf.Bytes()}); err != nil {
+	snap, err := r.snapshotWithMembers(slot, buf.Bytes())
+	if err != nil {
+		return fmt.Errorf("taking snapshot: %w", err)
+	}
+	if err := r.logdb.SaveSnapshot(snap); err != nil {
 		return fmt.Errorf("saving snapshot: %w", err)
 	}
 	if err := r.store.recordGuard(false); err != nil {
@@ -896,6 +947,7 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	}
 	r.leaseDeadline.Store(int64(deadline))
 	r.successor.Store(uint64(st.Successor))
+	r.syncPeers(st.Members)
 	r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
 	prev := r.status.Swap(&st)
 	r.metrics.observeStatus(prev, &st)

@@ -84,6 +84,9 @@ var (
 		api.MethodRevokeToken:        with(handleRevokeToken),
 		api.MethodListTokens:         with(handleListTokens),
 		api.MethodSaveSnapshot:       with(handleSaveSnapshot),
+		api.MethodAddReplica:         with(handleAddReplica),
+		api.MethodRemoveReplica:      with(handleRemoveReplica),
+		api.MethodReplaceReplica:     with(handleReplaceReplica),
 	}
 	streamHandlers = map[api.Method]streamHandler{
 		api.MethodKeepAliveStream: (*Replica).serveKeepAliveStream,

@@ -137,8 +137,11 @@ func (r *Replica) cellStatus() *api.CellStatusResponse {
 	}
 	now := monotime.Now()
 	top := st.Chosen
-	for _, id := range r.cfg.replicaIDs() {
-		rs := api.ReplicaStatus{ID: id, Addr: r.cfg.Replicas[id], Master: id == resp.Master && resp.Master != 0}
+	d := r.mem.view.Load()
+	resp.MembershipSlot = uint64(d.Members.Index)
+	for _, id := range members(d.Members) {
+		rs := api.ReplicaStatus{ID: id, Addr: d.addr(id, r.cfg.Replicas), Master: id == resp.Master && resp.Master != 0,
+			Learner: isLearner(d.Members, id)}
 		if id == r.cfg.ID {
 			rs.Chosen, rs.Applied, rs.Role, rs.Epoch = st.Chosen, st.Applied, st.Role, api.Epoch(st.Epoch)
 		} else if p, ok := r.progress.get(id); ok {

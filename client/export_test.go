@@ -47,11 +47,10 @@ func OnDrain(c *Client, f func(*transport.ClientConn)) {
 	c.mu.onDrain = f
 }
 
-// SearchesStarted returns how many searches for the serving master the
-// client has begun (one is shared by every session that looks while it
-// runs).
-func SearchesStarted(c *Client) uint64 {
+// Lookups returns how many searches for the master the client started,
+// how many liveness probes it sent, and whether a search is under way.
+func Lookups(c *Client) (lookups, probes uint64, busy bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.mu.lookups
+	return c.mu.lookups, c.mu.probes, c.mu.look != nil
 }

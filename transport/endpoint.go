@@ -19,7 +19,7 @@ import (
 var (
 	// ErrClosed reports a call on a closed Endpoint or ClientConn.
 	ErrClosed = errors.New("transport: closed")
-	// ErrUnknownPeer reports a Send to an id not in Config.Peers.
+	// ErrUnknownPeer reports a Send to an id not in the peer set.
 	ErrUnknownPeer = errors.New("transport: unknown peer")
 	// ErrConnClosed reports a stream whose connection closed (the peer
 	// closed it, it timed out, or it was refused). The quic-go error is
@@ -114,6 +114,9 @@ const (
 	ConnCodeReplaced ApplicationErrorCode = 0x3
 	// ConnCodeTooManyConns closes a client connection over MaxConnsPerIP.
 	ConnCodeTooManyConns ApplicationErrorCode = 0x4
+	// ConnCodeNotPeer closes the connections of a replica that SetPeers
+	// took out of the peer set (a replica removed from the cell).
+	ConnCodeNotPeer ApplicationErrorCode = 0x5
 )
 
 // PeerMessage is one message received from a peer.
@@ -163,16 +166,18 @@ type Endpoint struct {
 	tr     *quic.Transport
 	ln     *quic.Listener
 	conn   net.PacketConn // what tr reads, perhaps wrapped by faultConn
-	peers  map[uint64]*peer
-	// peerAddrs holds the resolved addresses of the peers: their
-	// connections are exempt from MaxConnsPerIP and from ClientsCut.
-	peerAddrs map[netip.AddrPort]bool
-	recv      chan PeerMessage
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	connIDs   atomic.Uint64
-	stats     counters
+	// set is the peer set in force (peerset.go): who is dialled, whose
+	// connections are accepted, and the peers' resolved addresses. It is
+	// replaced whole by SetPeers, never modified.
+	set atomic.Pointer[peerSet]
+	// setMu serialises SetPeers.
+	setMu   sync.Mutex
+	recv    chan PeerMessage
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	connIDs atomic.Uint64
+	stats   counters
 
 	mu struct {
 		sync.Mutex
@@ -209,17 +214,16 @@ func Listen(ctx context.Context, cfg Config) (*Endpoint, error) {
 		}
 	}
 	e := &Endpoint{
-		cfg:       cfg,
-		log:       cfg.Logger.With("replica", cfg.ID),
-		faults:    cfg.Faults,
-		peers:     map[uint64]*peer{},
-		peerAddrs: map[netip.AddrPort]bool{},
-		recv:      make(chan PeerMessage, cfg.RecvQueueLen),
+		cfg:    cfg,
+		log:    cfg.Logger.With("replica", cfg.ID),
+		faults: cfg.Faults,
+		recv:   make(chan PeerMessage, cfg.RecvQueueLen),
 	}
 	e.mu.inbound = map[uint64]*inboundPeer{}
 	e.mu.conns = map[*quic.Conn]struct{}{}
 	e.mu.perIP = map[netip.Addr]int{}
 	e.mu.overIP = map[netip.Addr]int{}
+	set := &peerSet{peers: map[uint64]*peer{}, accept: map[uint64]bool{}, addrs: map[netip.AddrPort]bool{}}
 	for id, addr := range cfg.Peers {
 		if id == cfg.ID {
 			continue
@@ -229,9 +233,11 @@ func Listen(ctx context.Context, cfg Config) (*Endpoint, error) {
 			pc.Close()
 			return nil, fmt.Errorf("%w: peer %d: %v", ErrInvalidConfig, id, err)
 		}
-		e.peerAddrs[ap] = true
-		e.peers[id] = newPeer(e, id, addr)
+		set.addrs[ap] = true
+		set.accept[id] = true
+		set.peers[id] = newPeer(e, id, addr)
 	}
+	e.set.Store(set)
 	e.conn = pc
 	if e.faults != nil {
 		e.conn = &faultConn{PacketConn: pc, e: e}
@@ -253,10 +259,10 @@ func Listen(ctx context.Context, cfg Config) (*Endpoint, error) {
 		return nil, &ListenError{Addr: pc.LocalAddr().String(), Err: err}
 	}
 	e.wg.Go(e.acceptLoop)
-	for _, p := range e.peers {
-		e.wg.Go(p.run)
+	for _, p := range set.peers {
+		p.start()
 	}
-	e.log.Debug("transport: listening", "addr", pc.LocalAddr().String(), "peers", len(e.peers))
+	e.log.Debug("transport: listening", "addr", pc.LocalAddr().String(), "peers", len(set.peers))
 	return e, nil
 }
 
@@ -300,11 +306,12 @@ func (e *Endpoint) Recv() <-chan PeerMessage { return e.recv }
 // the network. msg is encoded with msgpack before Send returns, so the
 // caller may reuse it. A nil error means queued, not delivered: the message
 // may still be dropped (queue overflow, a broken connection, injected
-// faults). It returns ErrUnknownPeer for an id not in Config.Peers, an
+// faults). It returns ErrUnknownPeer for an id not in the peer set
+// (Config.Peers, or the latest SetPeers), an
 // error wrapping ErrEncode if msg cannot be encoded or exceeds MaxPeerFrame,
 // and ErrClosed after Close.
 func (e *Endpoint) Send(to uint64, tag uint16, msg any) error {
-	p, ok := e.peers[to]
+	p, ok := e.set.Load().peers[to]
 	if !ok {
 		return fmt.Errorf("%w: %d", ErrUnknownPeer, to)
 	}
@@ -331,7 +338,10 @@ func (e *Endpoint) Send(to uint64, tag uint16, msg any) error {
 // Queued messages are discarded. Close is idempotent and returns nil.
 func (e *Endpoint) Close() error {
 	e.closeOnce.Do(func() {
+		// Under setMu, so that no SetPeers starts a sender after this.
+		e.setMu.Lock()
 		e.cancel()
+		e.setMu.Unlock()
 		e.mu.Lock()
 		e.mu.closed = true
 		conns := make([]*quic.Conn, 0, len(e.mu.conns))
@@ -383,7 +393,7 @@ type overLimitKey struct{}
 // message naming the limit; beyond the slack it is refused outright.
 func (e *Endpoint) connContext(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
 	ap, ok := addrPort(info.RemoteAddr)
-	if !ok || e.peerAddrs[ap] || e.cfg.MaxConnsPerIP < 0 {
+	if !ok || e.set.Load().addrs[ap] || e.cfg.MaxConnsPerIP < 0 {
 		return ctx, nil
 	}
 	ip := ap.Addr()
@@ -488,7 +498,7 @@ func (c *faultConn) cut(a net.Addr) bool {
 		return false
 	}
 	ap, ok := addrPort(a)
-	return !ok || !c.e.peerAddrs[ap]
+	return !ok || !c.e.set.Load().addrs[ap]
 }
 
 func (c *faultConn) ReadFrom(p []byte) (int, net.Addr, error) {
@@ -525,10 +535,10 @@ func (c *faultConn) SetWriteBuffer(n int) error {
 	return nil
 }
 
-// sortedPeerIDs returns the peer ids in increasing order.
-func (e *Endpoint) sortedPeerIDs() []uint64 {
-	ids := make([]uint64, 0, len(e.peers))
-	for id := range e.peers {
+// sortedPeerIDs returns the ids of peers in increasing order.
+func sortedPeerIDs(peers map[uint64]*peer) []uint64 {
+	ids := make([]uint64, 0, len(peers))
+	for id := range peers {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)

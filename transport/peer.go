@@ -31,6 +31,10 @@ type peer struct {
 	id   uint64
 	addr string
 	wake chan struct{} // capacity 1: "the queue is not empty"
+	// ctx ends when the peer leaves the peer set (SetPeers) or the
+	// Endpoint closes; stop ends it.
+	ctx  context.Context
+	stop context.CancelFunc
 
 	mu struct {
 		sync.Mutex
@@ -130,12 +134,19 @@ func (p *peer) queued() int {
 	return p.mu.n
 }
 
+// start runs the peer's sender until the peer leaves the peer set or the
+// Endpoint closes. REQUIRES: e.ctx set.
+func (p *peer) start() {
+	p.ctx, p.stop = context.WithCancel(p.e.ctx)
+	p.e.wg.Go(p.run)
+}
+
 // run dials the peer, pumps the queue into one stream, and redials with
 // jittered exponential backoff when the connection fails, until the
-// Endpoint closes.
+// peer is stopped (it left the peer set) or the Endpoint closes.
 func (p *peer) run() {
 	e := p.e
-	ctx := e.ctx
+	ctx := p.ctx
 	backoff := e.cfg.ReconnectMin
 	first := true
 	for ctx.Err() == nil {
@@ -206,7 +217,13 @@ func (p *peer) pump(ctx context.Context, conn *quic.Conn) error {
 		return err
 	}
 	// Closing the connection is what unblocks a Write stuck on flow control.
-	stop := context.AfterFunc(ctx, func() { _ = conn.CloseWithError(ConnCodeShutdown, "endpoint closed") })
+	stop := context.AfterFunc(ctx, func() {
+		if e.ctx.Err() == nil {
+			_ = conn.CloseWithError(ConnCodeNotPeer, "no longer a peer")
+			return
+		}
+		_ = conn.CloseWithError(ConnCodeShutdown, "endpoint closed")
+	})
 	defer stop()
 	var (
 		batch []outMsg
@@ -337,6 +354,13 @@ func (e *Endpoint) readPeerStream(conn *quic.Conn, s *quic.Stream, from uint64) 
 		}
 		e.stats.peerFramesReceived.Add(1)
 		e.stats.peerBytesReceived.Add(uint64(f.Size()))
+		if !e.set.Load().accept[from] {
+			// SetPeers took the sender out of the peer set after its
+			// connection was accepted: nothing more from it is delivered.
+			e.stats.refusedNotPeer.Add(1)
+			_ = conn.CloseWithError(ConnCodeNotPeer, "not a peer of this replica")
+			return errNotPeer
+		}
 		if e.faults.partitioned(from, e.cfg.ID) {
 			e.stats.dropsFault.Add(1)
 			continue

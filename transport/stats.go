@@ -13,6 +13,7 @@ type counters struct {
 	dropsDisconnected, dropsClientCut     atomic.Uint64
 	dials, dialFailures, reconnects       atomic.Uint64
 	refusedHandshakes, refusedConnLimit   atomic.Uint64
+	refusedNotPeer                        atomic.Uint64
 	badFrames                             atomic.Uint64
 	clientConns, clientStreams            atomic.Int64
 }
@@ -49,6 +50,11 @@ type Stats struct {
 	// wrong replica, or no acceptable ALPN. It includes refusals of the
 	// certificates of peers we dialed.
 	RefusedHandshakes uint64
+	// RefusedNotPeer counts the replicas refused for not being in the peer
+	// set: a replica's certificate at a handshake (also counted in
+	// RefusedHandshakes), or a frame on a connection accepted before
+	// SetPeers took its sender out of the set.
+	RefusedNotPeer uint64
 	// RefusedConnLimit counts connection attempts refused by MaxConnsPerIP
 	// (per Initial packet, so one attempt may count more than once).
 	RefusedConnLimit uint64
@@ -97,13 +103,15 @@ func (e *Endpoint) Stats() Stats {
 		DialFailures:         c.dialFailures.Load(),
 		Reconnects:           c.reconnects.Load(),
 		RefusedHandshakes:    c.refusedHandshakes.Load(),
+		RefusedNotPeer:       c.refusedNotPeer.Load(),
 		RefusedConnLimit:     c.refusedConnLimit.Load(),
 		BadFrames:            c.badFrames.Load(),
 		ClientConns:          c.clientConns.Load(),
 		ClientStreams:        c.clientStreams.Load(),
 	}
-	for _, id := range e.sortedPeerIDs() {
-		p := e.peers[id]
+	peers := e.set.Load().peers
+	for _, id := range sortedPeerIDs(peers) {
+		p := peers[id]
 		s.Peers = append(s.Peers, PeerStats{
 			ID:        id,
 			Addr:      p.addr,

@@ -20,8 +20,8 @@ import (
 //
 //   - ALPNPeer, server side: a certificate is required; it must chain to the
 //     cell CA with the client-auth usage and name, as
-//     lockcell://replica/<id>, a replica in Config.Peers other than
-//     ourselves. A client certificate names no replica and is refused.
+//     lockcell://replica/<id>, a replica in the peer set (Config.Peers,
+//     or the accepted peers of the latest SetPeers) other than ourselves. A client certificate names no replica and is refused.
 //   - ALPNPeer, dialing side: the server's certificate must chain to the CA
 //     with the server-auth usage and name exactly the replica we meant to
 //     dial.
@@ -147,7 +147,8 @@ func (e *Endpoint) peerServerTLS(remote net.Addr) *tls.Config {
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			id, err := verifyReplica(e.cfg.CA, cs.PeerCertificates, x509.ExtKeyUsageClientAuth, 0)
 			if err == nil {
-				if _, known := e.peers[id]; !known || id == e.cfg.ID {
+				if !e.set.Load().accept[id] || id == e.cfg.ID {
+					e.stats.refusedNotPeer.Add(1)
 					err = fmt.Errorf("%w: replica %d is not a peer of replica %d", ErrBadCertificate, id, e.cfg.ID)
 				}
 			}

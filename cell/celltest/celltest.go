@@ -45,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -101,6 +102,8 @@ type Cell struct {
 	faults  *transport.Faults
 	addrs   map[uint64]string
 	ids     []uint64
+	// joined are the replicas started by Join (cell.Config.Join).
+	joined map[uint64]bool
 
 	mu struct {
 		sync.Mutex
@@ -139,6 +142,7 @@ func Start(t testing.TB, opts Options) *Cell {
 	c := &Cell{
 		t: t, opts: opts, dir: t.TempDir(), ca: ca, signing: signing,
 		net: &memnet.Network{Latency: opts.Latency}, faults: transport.NewFaults(opts.Seed), addrs: map[uint64]string{},
+		joined: map[uint64]bool{},
 	}
 	c.mu.replicas = map[uint64]*cell.Replica{}
 	c.mu.paused = map[uint64]pause{}
@@ -216,7 +220,7 @@ func (c *Cell) Config(id uint64) (cell.Config, error) {
 	cfg := cell.Config{
 		ID:          id,
 		Cell:        c.opts.Cell,
-		Replicas:    c.addrs,
+		Replicas:    maps.Clone(c.addrs),
 		DataDir:     c.DataDir(id),
 		CA:          c.ca.Pool(),
 		Certificate: cert,
@@ -224,6 +228,7 @@ func (c *Cell) Config(id uint64) (cell.Config, error) {
 		ClockScale:  c.opts.ClockScale[id],
 		Faults:      c.faults,
 		Logger:      c.opts.Logger,
+		Join:        c.joined[id],
 	}
 	if c.opts.Tune != nil {
 		c.opts.Tune(&cfg)
@@ -252,6 +257,27 @@ func (c *Cell) start(id uint64) error {
 	c.mu.replicas[id] = r
 	c.mu.Unlock()
 	return nil
+}
+
+// Join starts a new replica id, at Addr(id), that joins the running cell
+// (cell.Config.Join): it knows the cell's replicas, votes in nothing and
+// serves nobody until the cell adds it (Replica.AddReplica, lockctl cell
+// add-replica), then catches up. Call it from the test's goroutine only.
+// It fails the test on error.
+func (c *Cell) Join(id uint64) {
+	c.t.Helper()
+	if _, ok := c.addrs[id]; ok {
+		c.t.Fatalf("celltest: replica %d is already in the cell", id)
+	}
+	c.ids = append(c.ids, id)
+	c.addrs[id] = Addr(id)
+	c.joined[id] = true
+	if err := cell.InitDataDir(c.DataDir(id)); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.start(id); err != nil {
+		c.t.Fatalf("celltest: starting replica %d: %v", id, err)
+	}
 }
 
 // Replica returns running replica id, or nil if it is crashed.

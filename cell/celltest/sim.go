@@ -135,8 +135,16 @@ type SimResult struct {
 // (bytes, not timing), and the process-wide math/rand jitter of the
 // client's reconnect backoff (client/conn.go) and a replica's peer redial
 // (transport/peer.go): with both set to constants, seed 1's outcome
-// traces still diverged within the first 2 s of simulated time. A failing
-// seed may therefore need a few replays to fail again.
+// traces still diverged within the first 2 s of simulated time. The
+// fault injector (transport.Faults) draws from one seeded generator shared
+// by every replica's endpoint, so the order of its draws follows the
+// goroutine order too; the simulator sets only certain rules (drop with
+// probability 1), whose effect no draw changes. Each
+// replica seeds its election jitter from the clock when it starts
+// (cell/replica.go): in the bubble that is simulated time, the same at
+// every replay as long as the instant the replica starts is. Because of
+// the goroutine order, a failing seed may need a few replays to fail
+// again.
 func Simulate(t testing.TB, cfg SimConfig) SimResult {
 	t.Helper()
 	if cfg.Steps == 0 {

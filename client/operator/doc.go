@@ -2,7 +2,8 @@
 // administrator, made through a client.Client's connection: the cell's
 // status and a replica's own view of it, tenants and their quotas, tenant
 // tokens, the lists of open sessions and held locks, a planned hand-over
-// of mastership, and a backup of the cell's state.
+// of mastership, a backup of the cell's state, and changes of the replica
+// set (adding, removing and replacing replicas).
 //
 // Applications that only take locks and read and write files need package
 // client alone; lockctl, lockcelld's dev mode, the fault-injection tools

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/internal/clientfile"
+	"github.com/lockcell/lockcell/internal/proccell"
 )
 
 // devProcsStopGrace is how long the replicas get to stop after SIGTERM
@@ -64,48 +64,41 @@ func runDevProcs(ctx context.Context, dir string, port, n int, tenant, logLevel 
 		return exitError
 	}
 	type proc struct {
-		id   int
-		cmd  *exec.Cmd
-		done chan struct{}
+		id int
+		p  *proccell.Process
 	}
 	var procs []*proc
 	stopAll := func() {
 		for _, p := range procs {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			_ = p.p.Signal(syscall.SIGTERM)
 		}
 		for _, p := range procs {
 			select {
-			case <-p.done:
+			case <-p.p.Done():
 			case <-time.After(devProcsStopGrace):
-				_ = p.cmd.Process.Kill()
-				<-p.done
+				p.p.Kill()
 			}
 		}
 	}
 	exited := make(chan *proc, n)
 	for id := 1; id <= n; id++ {
-		logf, err := os.OpenFile(filepath.Join(dir, "logs", fmt.Sprintf("replica-%d.log", id)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		// A process group of its own, so that a Ctrl-C reaches this
+		// process, which stops the replicas in order; if this process dies
+		// without stopping them, they get SIGTERM.
+		pp, err := proccell.StartProcess(proccell.ProcessSpec{
+			Name:        fmt.Sprintf("replica %d", id),
+			Argv:        []string{self, "serve", "--config", filepath.Join(dir, fmt.Sprintf("replica-%d.json", id)), "--log-level", logLevel},
+			LogFile:     filepath.Join(dir, "logs", fmt.Sprintf("replica-%d.log", id)),
+			DeathSignal: syscall.SIGTERM,
+		})
 		if err != nil {
 			fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
 			stopAll()
 			return exitError
 		}
-		cmd := exec.Command(self, "serve", "--config", filepath.Join(dir, fmt.Sprintf("replica-%d.json", id)), "--log-level", logLevel)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		// Its own process group: a Ctrl-C reaches this process, which
-		// stops the replicas in order.
-		// Pdeathsig: if this process dies without stopping them, so do they.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			fmt.Fprintln(stderr, "lockcelld dev --procs:", err)
-			stopAll()
-			return exitError
-		}
-		logf.Close()
-		p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
+		p := &proc{id: id, p: pp}
 		procs = append(procs, p)
-		go func() { _ = cmd.Wait(); close(p.done); exited <- p }()
+		go func() { <-pp.Done(); exited <- p }()
 	}
 	defer stopAll()
 
@@ -148,7 +141,7 @@ Ctrl-C stops every replica; running it again restarts the cell with its data.
 			fmt.Fprintln(stdout, "stopping the replicas")
 			return exitOK
 		case p := <-exited:
-			fmt.Fprintf(stdout, "replica %d exited (%v); restart it with: %s serve --config %s\n", p.id, p.cmd.ProcessState, self, filepath.Join(dir, fmt.Sprintf("replica-%d.json", p.id)))
+			fmt.Fprintf(stdout, "replica %d exited (%s); restart it with: %s serve --config %s\n", p.id, exitStatus(p.p.Err()), self, filepath.Join(dir, fmt.Sprintf("replica-%d.json", p.id)))
 			once.Do(func() {
 				fmt.Fprintln(stdout, "(the others keep running; a majority must run for the cell to serve)")
 			})
@@ -178,4 +171,13 @@ func createTenant(ctx context.Context, admin client.Config, tenant string) error
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// exitStatus says how a replica's process ended, as its wait status reads
+// ("exit status 1", "signal: killed"), from proccell.Process.Err.
+func exitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }

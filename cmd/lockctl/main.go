@@ -76,7 +76,7 @@ func init() {
 		{"sessions", "list a tenant's open sessions", cmdSessions},
 		{"locks", "list a tenant's held locks", cmdLocks},
 		{"status", "show the cell's replicas, master, epoch and slots", cmdStatus},
-		{"cell", "operate the cell: stepdown (administrator)", cmdCell},
+		{"cell", "operate the cell: stepdown, add-replica, remove-replica, replace-replica (administrator)", cmdCell},
 		{"tenant", "create, update or list tenants (administrator)", cmdTenant},
 		{"snapshot", "save a backup of the cell's state (administrator)", cmdSnapshot},
 		{"certs", "create a CA and certificates", cmdCerts},

@@ -44,10 +44,15 @@ type ProcessSpec struct {
 	Stdout io.Writer
 	// Env is added to this process's environment.
 	Env []string
+	// DeathSignal is the signal the child gets if this process dies (on
+	// Linux; elsewhere it gets none). If zero, SIGKILL; a dev cell asks
+	// for SIGTERM, so that its replicas stop as they would on Ctrl-C.
+	DeathSignal syscall.Signal
 }
 
 // StartProcess starts spec in a process group of its own. On Linux the
-// child is killed if this process dies.
+// child gets spec.DeathSignal (SIGKILL unless set) if this process dies.
+// Its log file is readable by its owner only.
 func StartProcess(spec ProcessSpec) (*Process, error) {
 	if spec.Name == "" || len(spec.Argv) == 0 || spec.LogFile == "" {
 		return nil, fmt.Errorf("%w: ProcessSpec needs Name, Argv and LogFile", ErrInvalidConfig)
@@ -56,8 +61,12 @@ func StartProcess(spec ProcessSpec) (*Process, error) {
 	if len(spec.Env) > 0 {
 		cmd.Env = append(os.Environ(), spec.Env...)
 	}
-	cmd.SysProcAttr = sysProcAttr()
-	lf, err := os.OpenFile(spec.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	death := spec.DeathSignal
+	if death == 0 {
+		death = syscall.SIGKILL
+	}
+	cmd.SysProcAttr = sysProcAttr(death)
+	lf, err := os.OpenFile(spec.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("proccell: log of %s: %w", spec.Name, err)
 	}

@@ -4,7 +4,9 @@ package proccell
 
 import "syscall"
 
-// sysProcAttr puts a child in its own process group.
-func sysProcAttr() *syscall.SysProcAttr {
+// sysProcAttr puts a child in its own process group; this platform has no
+// signal on the parent's death, so death is not used.
+func sysProcAttr(death syscall.Signal) *syscall.SysProcAttr {
+	_ = death
 	return &syscall.SysProcAttr{Setpgid: true}
 }
