@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -89,7 +88,7 @@ func NewLockcellDriver(t LockcellTarget) (*LockcellDriver, error) {
 	}
 	log := t.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &LockcellDriver{t: t, log: log, tenants: map[string]bool{}, pools: map[poolKey]*[poolConns]pooled{}}, nil
 }
