@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"syscall"
@@ -34,7 +33,7 @@ func StartInProcCell(ctx context.Context, dir string, replicas int, log *slog.Lo
 		return nil, fmt.Errorf("%w: %d replicas: want 3, 5 or 7", ErrInvalidConfig, replicas)
 	}
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: dir, Replicas: replicas, Cell: "bench", Logger: log})
 	if err != nil {
