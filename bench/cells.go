@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"syscall"
@@ -25,7 +24,7 @@ type InProcCell struct {
 // StartInProcCell starts a five-replica in-process cell in dir.
 func StartInProcCell(ctx context.Context, dir string, log *slog.Logger) (*InProcCell, error) {
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: dir, Replicas: 5, Cell: "bench", Logger: log})
 	if err != nil {
