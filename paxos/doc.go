@@ -262,7 +262,8 @@
 //     any of them: they may release its lease (a step-down), after which
 //     a successor may serve at once. Messages for which
 //     Message.DependsOnPersist is false may be sent before step 1, so
-//     that a leader's own fsync overlaps its followers'.
+//     that a leader's own fsync overlaps its followers', and a
+//     candidate's fsync of its own promise overlaps the acceptors'.
 //  3. If rd.Snapshot is not zero, install it: Saver.SaveSnapshot and restore
 //     the application's state from it.
 //  4. Apply rd.Chosen to the application, strictly in order.

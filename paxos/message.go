@@ -76,10 +76,21 @@ const (
 // example, a leader's fsync of its own accept overlaps the followers'):
 //
 //   - MsgAccept: the leader's ballot was made durable (as its own promise)
-//     before its Prepare left, so it is never reused after a crash; the
-//     leader counts its own acceptance only after Advance, once it is
-//     durable; and its lease is counted from the tick the Accept was made,
-//     which is no later than when it leaves.
+//     before it won Phase 1 (see MsgPrepare), so before any Accept under it
+//     was made, and it is never reused after a crash; the leader
+//     counts its own acceptance only after Advance, once it is durable;
+//     and its lease is counted from the tick the Accept was made, which is
+//     no later than when it leaves.
+//   - MsgPrepare: it asks for promises and promises nothing itself. The
+//     candidate's own promise of its ballot is in the same Ready, and the
+//     candidate wins Phase 1, and so makes its first Accept, only once
+//     that promise is durable (Advance; tryWin), however many answers it
+//     has counted. A candidate that crashes before its promise is durable
+//     has therefore made no Accept under the ballot: if it reuses the
+//     ballot after the restart, the only values ever accepted under it are
+//     the ones its second life proposes. Sending it early lets the
+//     candidate's fsync of its own promise overlap the acceptors' (in an
+//     election, and for a hand-over's successor).
 //   - MsgLearn, MsgLearnReq, MsgSnapshot: chosen values are facts, not
 //     promises; a request for them promises nothing.
 //   - MsgRelease, MsgTimeoutNow: the leader already stopped acting as
@@ -88,11 +99,11 @@ const (
 //   - MsgPreVote, MsgPreVoteResp: a pre-vote changes no durable state and
 //     binds nobody; a grant is only advice to the asker.
 //
-// Prepare (its ballot is this Ready's promise), Promise, Accepted, Reject
-// and RebuildAck (an acceptor's answers) depend on persistence: invariant 2.
+// Promise, Accepted, Reject and RebuildAck (an acceptor's answers) depend
+// on persistence: invariant 2.
 func (m Message) DependsOnPersist() bool {
 	switch m.Type {
-	case MsgAccept, MsgLearn, MsgLearnReq, MsgSnapshot, MsgRelease, MsgTimeoutNow, MsgRebuild, MsgPreVote, MsgPreVoteResp:
+	case MsgPrepare, MsgAccept, MsgLearn, MsgLearnReq, MsgSnapshot, MsgRelease, MsgTimeoutNow, MsgRebuild, MsgPreVote, MsgPreVoteResp:
 		return false
 	}
 	return true
