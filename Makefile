@@ -10,6 +10,7 @@ SEED      ?= 0
 BENCH_DURATION ?= 3s
 PEERS_DURATION ?= 10s
 PEERS_SESSIONS ?= 10000
+PEERS_REPLICAS ?= 5
 
 .PHONY: all test test-race lint sim sim-cell fuzz bench bench-cpu bench-peers nemesis run run-procs build clean
 
@@ -68,18 +69,20 @@ bench:
 		--json bin/bench.jsonl --svg bin/bench.svg --max-time 10m
 
 ## bench-cpu: instructions per operation (callgrind; stable under load) of
-## the transport's RPC and of applying lock commands (bench/RESULTS.md, "CPU
-## per command"). Needs valgrind.
+## the transport's RPC, of applying lock commands, and of a contended lock's
+## hand-over in one Paxos round and in two (bench/RESULTS.md, "CPU per
+## command"). Needs valgrind.
 bench-cpu:
 	./bench/scripts/cpu-per-command.sh
 
 ## bench-peers: lockcell, etcd and ZooKeeper side by side (installs etcd and
-## ZooKeeper from Debian's packages; starts and stops five-node clusters).
+## ZooKeeper from Debian's packages; starts and stops five-node clusters;
+## PEERS_REPLICAS=3 for three-member ones).
 bench-peers:
 	./bench/scripts/install-peers.sh
 	$(GO) build -o bin/ ./cmd/... ./bench/cmd/...
 	cd bench/peers && $(GO) build -o ../../bin/ ./cmd/bench-peers
-	./bin/bench-peers --clients 1,64 --duration $(PEERS_DURATION) --sessions $(PEERS_SESSIONS) \
+	./bin/bench-peers --clients 1,64 --duration $(PEERS_DURATION) --sessions $(PEERS_SESSIONS) --replicas $(PEERS_REPLICAS) \
 		--json bin/bench-peers.jsonl --svg bin/bench-peers.svg --max-time 60m
 
 ## run: build and start a local five-replica cell (data under ./data/dev).

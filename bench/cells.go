@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"syscall"
@@ -20,18 +19,27 @@ import (
 // a replica (a crash) or steps it down first.
 type InProcCell struct {
 	LC *cell.LocalCell
+	// n is the number of replicas.
+	n int
 }
 
-// StartInProcCell starts a five-replica in-process cell in dir.
-func StartInProcCell(ctx context.Context, dir string, log *slog.Logger) (*InProcCell, error) {
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+// StartInProcCell starts an in-process cell of replicas replicas (0:
+// DefaultReplicas) in dir.
+func StartInProcCell(ctx context.Context, dir string, replicas int, log *slog.Logger) (*InProcCell, error) {
+	if replicas == 0 {
+		replicas = DefaultReplicas
 	}
-	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: dir, Replicas: 5, Cell: "bench", Logger: log})
+	if !ValidReplicas(replicas) {
+		return nil, fmt.Errorf("%w: %d replicas: want 3, 5 or 7", ErrInvalidConfig, replicas)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	lc, err := cell.StartLocal(ctx, cell.LocalConfig{Dir: dir, Replicas: replicas, Cell: "bench", Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	return &InProcCell{LC: lc}, nil
+	return &InProcCell{LC: lc, n: replicas}, nil
 }
 
 // Target returns how to reach the cell.
@@ -101,10 +109,10 @@ func (c *InProcCell) Restart(ctx context.Context, member int) error {
 	return c.LC.Start(ctx, uint64(member))
 }
 
-// Healthy waits until five replicas run and one is master.
+// Healthy waits until every replica runs and one is master.
 func (c *InProcCell) Healthy(ctx context.Context) error {
-	if n := len(c.LC.Running()); n != 5 {
-		return fmt.Errorf("bench: %d of 5 replicas running", n)
+	if n := len(c.LC.Running()); n != c.n {
+		return fmt.Errorf("bench: %d of %d replicas running", n, c.n)
 	}
 	_, err := c.LC.WaitMaster(ctx)
 	return err
@@ -132,9 +140,11 @@ type ProcCellConfig struct {
 	// Extra, if set, edits each replica's JSON config before it starts
 	// (for example "session_lease").
 	Extra map[string]any
+	// Replicas is the number of replicas. If zero, DefaultReplicas.
+	Replicas int
 }
 
-// ProcCell is a five-replica cell of `lockcelld serve` processes on
+// ProcCell is a cell of `lockcelld serve` processes (five by default) on
 // loopback, set up as an operator would (`lockcelld init`, then one serve
 // per replica config) by internal/proccell. It is the lockcell driver's
 // Cluster: PIDs for CPU and memory, /status on each replica's HTTP
@@ -145,19 +155,23 @@ type ProcCell struct {
 	Cell *proccell.Cell
 }
 
-const procReplicas = 5
-
 // StartProcCell initialises and starts the cell and waits for a master.
 func StartProcCell(ctx context.Context, cfg ProcCellConfig) (*ProcCell, error) {
 	if cfg.Binary == "" || cfg.Dir == "" {
 		return nil, fmt.Errorf("%w: ProcCellConfig needs Binary and Dir", ErrInvalidConfig)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = DefaultReplicas
+	}
+	if !ValidReplicas(cfg.Replicas) {
+		return nil, fmt.Errorf("%w: %d replicas: want 3, 5 or 7", ErrInvalidConfig, cfg.Replicas)
 	}
 	if err := os.RemoveAll(cfg.Dir); err != nil {
 		return nil, err
 	}
 	hctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	c, err := proccell.Start(hctx, proccell.Config{Binary: cfg.Binary, Dir: cfg.Dir, Name: "bench", Replicas: procReplicas,
+	c, err := proccell.Start(hctx, proccell.Config{Binary: cfg.Binary, Dir: cfg.Dir, Name: "bench", Replicas: cfg.Replicas,
 		UDPBase: cfg.BasePort, HTTPBase: cfg.HTTPPort, FaultInjection: cfg.FaultInjection, Extra: cfg.Extra,
 		Knobs: proccell.Knobs{LogLevel: cfg.LogLevel}})
 	if err != nil {
@@ -206,7 +220,7 @@ func (p *ProcCell) Restart(ctx context.Context, member int) error {
 // PIDs returns the running replicas' process ids.
 func (p *ProcCell) PIDs() []int { return p.Cell.PIDs() }
 
-// Healthy waits until all five replicas run and answer /status and one of
+// Healthy waits until every replica runs and answers /status and one of
 // them is master.
 func (p *ProcCell) Healthy(ctx context.Context) error { return p.Cell.Healthy(ctx) }
 

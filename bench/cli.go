@@ -27,15 +27,25 @@ type DriverFactory struct {
 	Flags func(fs *flag.FlagSet)
 	// Open starts or connects to the system. stop releases everything Open
 	// started (processes included); it is called even after a failed run.
-	Open func(ctx context.Context, log *slog.Logger) (d Driver, stop func(), err error)
+	Open func(ctx context.Context, log *slog.Logger, oc OpenConfig) (d Driver, stop func(), err error)
+}
+
+// OpenConfig is what every system's Open is told, from the command's
+// common flags.
+type OpenConfig struct {
+	// Replicas is the size of the cluster to start (--replicas): 3, 5 or
+	// 7. A system that connects to a cluster it did not start is told it
+	// too, and should be given a cluster of that size.
+	Replicas int
 }
 
 // LockcellFactory is the lockcell DriverFactory. Flags: --lockcell-cell
-// (proc: five `lockcelld serve` processes; inproc: cell.StartLocal in this
-// process), --lockcelld (the binary), --lockcell-dir, --lockcell-log-level,
-// --lockcell-base-port and --lockcell-http-port (fixed ports for the
-// replicas of a cell of processes), --lockcell-fault-injection (on by
-// itself when failover-partition runs).
+// (proc: one `lockcelld serve` process per replica; inproc:
+// cell.StartLocal in this process), --lockcelld (the binary),
+// --lockcell-dir, --lockcell-log-level, --lockcell-base-port and
+// --lockcell-http-port (fixed ports for the replicas of a cell of
+// processes), --lockcell-fault-injection (on by itself when
+// failover-partition runs).
 func LockcellFactory() DriverFactory {
 	var mode, bin, dir, level string
 	var faults bool
@@ -43,7 +53,7 @@ func LockcellFactory() DriverFactory {
 	return DriverFactory{
 		Name: "lockcell",
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&mode, "lockcell-cell", "proc", "lockcell cell: proc (lockcelld init + 5× lockcelld serve) or inproc (in this process)")
+			fs.StringVar(&mode, "lockcell-cell", "proc", "lockcell cell: proc (lockcelld init + one lockcelld serve per replica) or inproc (in this process)")
 			fs.StringVar(&bin, "lockcelld", "bin/lockcelld", "lockcelld binary for --lockcell-cell=proc (make build)")
 			fs.StringVar(&dir, "lockcell-dir", filepath.Join(os.TempDir(), "lockcell-bench", "cell"), "directory for the cell (emptied first)")
 			fs.StringVar(&level, "lockcell-log-level", "warn", "replica log level (logs in the cell directory)")
@@ -51,7 +61,7 @@ func LockcellFactory() DriverFactory {
 			fs.IntVar(&httpBase, "lockcell-http-port", 0, "--lockcell-cell=proc: replica i serves HTTP on TCP 127.0.0.1:port+i-1 (0: free ports)")
 			fs.BoolVar(&faults, FaultInjectionFlag, false, "serve /debug/faults on the replicas (failover-partition needs it, and turns it on unless this flag is given)")
 		},
-		Open: func(ctx context.Context, log *slog.Logger) (Driver, func(), error) {
+		Open: func(ctx context.Context, log *slog.Logger, oc OpenConfig) (Driver, func(), error) {
 			var (
 				target LockcellTarget
 				stop   func()
@@ -61,7 +71,7 @@ func LockcellFactory() DriverFactory {
 				if _, err := os.Stat(bin); err != nil {
 					return nil, func() {}, fmt.Errorf("%w: lockcelld binary %q: %w (run make build, or pass --lockcelld)", ErrInvalidConfig, bin, err)
 				}
-				pc, err := StartProcCell(ctx, ProcCellConfig{Binary: bin, Dir: dir, LogLevel: level, FaultInjection: faults,
+				pc, err := StartProcCell(ctx, ProcCellConfig{Binary: bin, Dir: dir, LogLevel: level, FaultInjection: faults, Replicas: oc.Replicas,
 					BasePort: udpBase, HTTPPort: httpBase})
 				if err != nil {
 					return nil, func() {}, err
@@ -70,12 +80,12 @@ func LockcellFactory() DriverFactory {
 				if target, err = pc.Target(); err != nil {
 					return nil, stop, err
 				}
-				log.Info("lockcell cell of processes started", "dir", dir, "pids", pc.PIDs())
+				log.Info("lockcell cell of processes started", "dir", dir, "replicas", oc.Replicas, "pids", pc.PIDs())
 			case "inproc":
 				if err := os.RemoveAll(dir); err != nil {
 					return nil, func() {}, err
 				}
-				ic, err := StartInProcCell(ctx, dir, nil)
+				ic, err := StartInProcCell(ctx, dir, oc.Replicas, nil)
 				if err != nil {
 					return nil, func() {}, err
 				}
@@ -152,6 +162,7 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 	foClients := fs.Int("failover-clients", 8, "clients looping during fail-over")
 	foDuration := fs.Duration("failover-duration", 15*time.Second, "measured time of a fail-over run (the leader stops a third of the way in; failover-rolling: the time before and after the restarts)")
 	pauseFor := fs.Duration("pause", DefaultPauseFor, "failover-pause: how long the master stays stopped")
+	replicas := fs.Int("replicas", DefaultReplicas, "members of every system's cluster: 3, 5 or 7")
 	hold := fs.Duration("hold", 0, "contended: how long each holder keeps the lock")
 	opTimeout := fs.Duration("op-timeout", 15*time.Second, "bound on each operation")
 	maxTime := fs.Duration("max-time", 20*time.Minute, "bound on the whole command")
@@ -222,7 +233,7 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 	}
 	base := Config{Duration: *duration, Warmup: *warmup, Seed: *seed, Sessions: *sessions, Files: *files,
 		WriteFraction: *writeFrac, QuietClients: *quietClients, QuietRate: *quietRate, OpTimeout: *opTimeout, Hold: *hold,
-		PauseFor: *pauseFor}
+		PauseFor: *pauseFor, Replicas: *replicas}
 	if *warmup == 0 {
 		base.Warmup = -1
 	}
@@ -276,7 +287,7 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 	failed := false
 	for _, f := range chosen {
 		live.SetPhase(f.Name + ": starting")
-		d, stop, err := f.Open(ctx, log)
+		d, stop, err := f.Open(ctx, log, OpenConfig{Replicas: base.Replicas})
 		if err != nil {
 			stop()
 			stopProgress()

@@ -18,14 +18,20 @@
 //     successful acquire, the longest gap, sessions lost;
 //   - failover-pause: the master is stopped (SIGSTOP) for twice lockcell's
 //     master lease, then continued (SIGCONT);
-//   - failover-partition: a minority of two members holding the master is
-//     cut off from the other three for the middle third of the run
+//   - failover-partition: a minority holding the master (of five members,
+//     two; of three, the master alone) is cut off from the majority for the
+//     middle third of the run
 //     (lockcell through its replicas' /debug/faults; n/a for systems the
 //     harness cannot partition on loopback);
 //   - failover-rolling: every member is restarted in turn (SIGTERM, start,
 //     wait until healthy), the master last after a hand-over (lockcell's
 //     StepDown RPC); the outage of each restart and the master changes
 //     seen by polling the members (lockcell: their /status);
+//
+// Every system runs a cluster of five members, or of 3 or 7 with
+// --replicas (Config.Replicas); a result records the size, and the table
+// and the plot label other sizes "system/N", so that runs at 3 and 5
+// replicas compare side by side.
 //
 // Every fail-over reports each client's outage — the longest gap between
 // its successful lock cycles that overlaps the disruption — as p50, p99

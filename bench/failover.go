@@ -13,6 +13,15 @@ import (
 // runs out while the master is stopped.
 const DefaultPauseFor = 1600 * time.Millisecond
 
+// DefaultReplicas is the size of every system's cluster unless --replicas
+// says otherwise: five, as Chubby runs.
+const DefaultReplicas = 5
+
+// ValidReplicas reports whether n members make a cluster the harness
+// runs: an odd number from 3 to 7 (a fail-over needs a majority that
+// survives the leader, and the scripts' port ranges hold seven).
+func ValidReplicas(n int) bool { return n == 3 || n == 5 || n == 7 }
+
 // Pauser is a Cluster whose members can be stopped (SIGSTOP) and continued
 // (SIGCONT): failover-pause needs it.
 type Pauser interface {
@@ -221,7 +230,7 @@ func disrupt(ctx context.Context, cl Cluster, cfg Config, start time.Time) (fail
 		ev.whole = span{ev.at, time.Now()}
 	case FailoverPartition:
 		p := cl.(Partitioner)
-		side := []int{leader, minorityPeer(leader)}
+		side := minority(leader, cfg.Replicas)
 		ev.at = time.Now()
 		if err = p.Partition(lctx, side); err != nil {
 			return ev, err
@@ -234,7 +243,7 @@ func disrupt(ctx context.Context, cl Cluster, cfg Config, start time.Time) (fail
 		ev.whole = span{ev.at, time.Now()}
 	case FailoverRolling:
 		ev.at = time.Now()
-		ev.restarts, err = rollingRestart(ctx, cl, leader)
+		ev.restarts, err = rollingRestart(ctx, cl, leader, cfg.Replicas)
 		ev.whole = span{ev.at, time.Now()}
 	default:
 		err = fmt.Errorf("%w: %s is not a fail-over workload", ErrInvalidConfig, cfg.Workload)
@@ -242,17 +251,25 @@ func disrupt(ctx context.Context, cl Cluster, cfg Config, start time.Time) (fail
 	return ev, err
 }
 
-// minorityPeer is the member that joins leader in the minority of a
-// five-member cluster: the next one, wrapping round.
-func minorityPeer(leader int) int { return leader%5 + 1 }
+// minority is the largest minority of an n-member cluster that holds
+// leader: leader and the members after it, wrapping round (of five: the
+// leader and the next; of three: the leader alone).
+func minority(leader, n int) []int {
+	side := []int{leader}
+	for m := leader; len(side) < (n-1)/2; {
+		m = m%n + 1
+		side = append(side, m)
+	}
+	return side
+}
 
-// rollingRestart restarts every member of a five-member cluster in turn,
+// rollingRestart restarts every member of an n-member cluster in turn,
 // the leader last: each is stopped with SIGTERM and started again, and the
 // next waits until the cluster is healthy. Before the leader stops it
 // hands leadership over where the cluster can (HandOverer).
-func rollingRestart(ctx context.Context, cl Cluster, leader int) ([]restart, error) {
+func rollingRestart(ctx context.Context, cl Cluster, leader, n int) ([]restart, error) {
 	var order []int
-	for m := 1; m <= 5; m++ {
+	for m := 1; m <= n; m++ {
 		if m != leader {
 			order = append(order, m)
 		}

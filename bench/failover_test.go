@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -182,20 +183,28 @@ func TestFailoverWorkloads(t *testing.T) {
 		// outage must be.
 		wantLog   []string
 		minOutage time.Duration
+		// replicas is the cluster's size (0: DefaultReplicas).
+		replicas int
 	}{
-		{FailoverKill, []string{"signal 1 killed", "restart 1"}, failoverDelay},
-		{FailoverStepDown, []string{"signal 1 terminated", "restart 1"}, failoverDelay},
-		{FailoverPause, []string{"pause 1", "resume 1"}, 400 * time.Millisecond},
-		{FailoverPartition, []string{"partition [1 2]", "heal"}, failoverDelay},
+		{FailoverKill, []string{"signal 1 killed", "restart 1"}, failoverDelay, 0},
+		{FailoverStepDown, []string{"signal 1 terminated", "restart 1"}, failoverDelay, 0},
+		{FailoverPause, []string{"pause 1", "resume 1"}, 400 * time.Millisecond, 0},
+		{FailoverPartition, []string{"partition [1 2]", "heal"}, failoverDelay, 0},
 		{FailoverRolling, []string{
 			"signal 2 terminated", "restart 2", "signal 3 terminated", "restart 3", "signal 4 terminated", "restart 4",
-			"signal 5 terminated", "restart 5", "handover 1", "signal 1 terminated", "restart 1"}, failoverDelay},
+			"signal 5 terminated", "restart 5", "handover 1", "signal 1 terminated", "restart 1"}, failoverDelay, 0},
+		// Of three members the leader is a minority alone, and a rolling
+		// restart stops three.
+		{FailoverPartition, []string{"partition [1]", "heal"}, failoverDelay, 3},
+		{FailoverRolling, []string{
+			"signal 2 terminated", "restart 2", "signal 3 terminated", "restart 3",
+			"handover 1", "signal 1 terminated", "restart 1"}, failoverDelay, 3},
 	} {
-		t.Run(string(tc.w), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/replicas=%d", tc.w, tc.replicas), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c := &fakeCluster{leader: 1}
 				r, err := Run(context.Background(), &lockDriver{c: c},
-					Config{Workload: tc.w, Clients: 4, Duration: 3 * time.Second, Warmup: -1, PauseFor: 400 * time.Millisecond})
+					Config{Workload: tc.w, Clients: 4, Duration: 3 * time.Second, Warmup: -1, PauseFor: 400 * time.Millisecond, Replicas: tc.replicas})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -215,12 +224,17 @@ func TestFailoverWorkloads(t *testing.T) {
 				if r.Metrics[MetricSessionsLost] != 0 || r.Metrics[MetricLeader] != 1 {
 					t.Fatalf("sessions lost %v, leader %v", r.Metrics[MetricSessionsLost], r.Metrics[MetricLeader])
 				}
+				n := cmp.Or(tc.replicas, DefaultReplicas)
+				if r.Replicas != n || (n == DefaultReplicas) != (r.Label() == r.System) {
+					t.Fatalf("result of %d replicas, labelled %q; want %d", r.Replicas, r.Label(), n)
+				}
 				if tc.w == FailoverRolling {
-					if r.Metrics[MetricRestarts] != 5 || r.Metrics["restart5_member"] != 1 || r.Metrics[MetricMasterChanges] < 1 {
+					last := fmt.Sprintf("restart%d_", n)
+					if r.Metrics[MetricRestarts] != float64(n) || r.Metrics[last+"member"] != 1 || r.Metrics[MetricMasterChanges] < 1 {
 						t.Fatalf("rolling: %v restarts, last member %v, %v master changes",
-							r.Metrics[MetricRestarts], r.Metrics["restart5_member"], r.Metrics[MetricMasterChanges])
+							r.Metrics[MetricRestarts], r.Metrics[last+"member"], r.Metrics[MetricMasterChanges])
 					}
-					if o := r.Metrics["restart5_outage_max_ms"]; o < ms(failoverDelay) {
+					if o := r.Metrics[last+"outage_max_ms"]; o < ms(failoverDelay) {
 						t.Fatalf("the master's restart: outage %v ms, want at least %v", o, failoverDelay)
 					}
 				}

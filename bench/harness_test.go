@@ -119,11 +119,12 @@ func TestConfigRejectsBadInput(t *testing.T) {
 }
 
 func TestMainUsageErrors(t *testing.T) {
-	f := DriverFactory{Name: "mem", Open: func(context.Context, *slogLogger) (Driver, func(), error) {
+	f := DriverFactory{Name: "mem", Open: func(context.Context, *slogLogger, OpenConfig) (Driver, func(), error) {
 		return &memDriver{}, func() {}, nil
 	}}
 	for _, args := range [][]string{
 		{"--systems", "nope"}, {"--workloads", "x"}, {"--clients", "0"}, {"--duration", "2h"}, {"extra"},
+		{"--replicas", "4"}, {"--replicas", "1"},
 	} {
 		var out, errb bytes.Buffer
 		if code := Main(args, &out, &errb, []DriverFactory{f}); code != 2 {

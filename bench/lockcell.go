@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -89,7 +88,7 @@ func NewLockcellDriver(t LockcellTarget) (*LockcellDriver, error) {
 	}
 	log := t.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &LockcellDriver{t: t, log: log, tenants: map[string]bool{}, pools: map[poolKey]*[poolConns]pooled{}}, nil
 }
@@ -184,7 +183,13 @@ func (d *LockcellDriver) releaseConn(key poolKey, slot int) {
 	}
 }
 
-// OpenSessions opens n sessions, sessionsPerConn to a connection.
+// OpenSessions opens n sessions, sessionsPerConn to a connection. It
+// dials every connection first and only then opens sessions on them: a
+// dial made while thousands of sessions are being opened competes for the
+// CPU with all of them (on this machine, at about 38,000 sessions a new
+// connection's handshake took longer than Dial's patience to explain a
+// silent cell, and the run failed). The dials wait for the cell as long as
+// ctx allows (DialPatience < 0): a loaded cell is not a fault here.
 func (d *LockcellDriver) OpenSessions(ctx context.Context, tenant string, n int, progress func(int)) (SessionSet, error) {
 	if err := d.ensureTenant(ctx, tenant); err != nil {
 		return nil, err
@@ -195,20 +200,33 @@ func (d *LockcellDriver) OpenSessions(ctx context.Context, tenant string, n int,
 			ErrUnsupported, MaxLockcellSessions, maxSessionConns, sessionsPerConn)
 	}
 	set := &lockcellSessions{clients: make([]*client.Client, conns), sessions: make([]*client.Session, n)}
-	var opened atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
+	dg, dctx := errgroup.WithContext(ctx)
+	dg.SetLimit(8)
 	for i := range conns {
-		g.Go(func() error {
+		dg.Go(func() error {
 			cert, err := d.t.Issue(tenant, fmt.Sprintf("s%d", i))
 			if err != nil {
 				return err
 			}
-			c, err := client.Dial(gctx, d.config(cert, false))
+			cfg := d.config(cert, false)
+			cfg.DialPatience = -1
+			c, err := client.Dial(dctx, cfg)
 			if err != nil {
 				return fmt.Errorf("bench: dialing connection %d: %w", i, err)
 			}
 			set.clients[i] = c
+			return nil
+		})
+	}
+	if err := dg.Wait(); err != nil {
+		_ = set.Close(context.Background())
+		return nil, err
+	}
+	var opened atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, c := range set.clients {
+		g.Go(func() error {
 			var sg errgroup.Group
 			sg.SetLimit(openPerConn)
 			for j := i * sessionsPerConn; j < min(n, (i+1)*sessionsPerConn); j++ {

@@ -47,10 +47,10 @@ func WriteTable(w io.Writer, rs []Result) error {
 	fmt.Fprintln(tw, "system\tworkload\tclients\tops/s\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\terrors\t")
 	for _, r := range rs {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%d\tskipped\t\t\t\t\t\t\t\n", r.System, r.Workload, r.Clients)
+			fmt.Fprintf(tw, "%s\t%s\t%d\tskipped\t\t\t\t\t\t\t\n", r.Label(), r.Workload, r.Clients)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%d\t\n", r.System, r.Workload, r.Clients,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%d\t\n", r.Label(), r.Workload, r.Clients,
 			r.Throughput, r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.P999, r.Latency.Max, r.Errors)
 	}
 	if err := tw.Flush(); err != nil {
@@ -58,7 +58,7 @@ func WriteTable(w io.Writer, rs []Result) error {
 	}
 	// Workload-specific figures, one line per run that has any.
 	for _, r := range rs {
-		line := r.System + " " + string(r.Workload) + ": "
+		line := r.Label() + " " + string(r.Workload) + ": "
 		var parts []string
 		if r.Skipped != "" {
 			parts = append(parts, "skipped: "+r.Skipped)
@@ -139,8 +139,8 @@ func WriteSVG(w io.Writer, rs []Result, title string) error {
 		if !slices.Contains(workloads, r.Workload) {
 			workloads = append(workloads, r.Workload)
 		}
-		if !slices.Contains(systems, r.System) {
-			systems = append(systems, r.System)
+		if !slices.Contains(systems, r.Label()) {
+			systems = append(systems, r.Label())
 		}
 	}
 	const (
@@ -221,13 +221,13 @@ func WriteSVG(w io.Writer, rs []Result, title string) error {
 		// Groups.
 		gw := plotW / float64(max(len(rsW), 1))
 		for i, r := range rsW {
-			col := palette[slices.Index(systems, r.System)%len(palette)]
+			col := palette[slices.Index(systems, r.Label())%len(palette)]
 			cx := x0 + gw*(float64(i)+0.5)
 			bh := plotH * r.Throughput / tTop
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" fill-opacity="0.75"><title>%s: %.0f %s</title></rect>`+"\n",
-				cx-gw*0.3, y0+plotH-bh, gw*0.6, bh, col, html.EscapeString(r.System), r.Throughput, html.EscapeString(r.Unit))
+				cx-gw*0.3, y0+plotH-bh, gw*0.6, bh, col, html.EscapeString(r.Label()), r.Throughput, html.EscapeString(r.Unit))
 			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", cx, y0+plotH-bh-3, siShort(r.Throughput))
-			label := r.System
+			label := r.Label()
 			if r.Clients > 0 {
 				label += fmt.Sprintf(" c=%d", r.Clients)
 			}

@@ -19,7 +19,7 @@ func TestSmokeInProcessCell(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	ic, err := StartInProcCell(ctx, t.TempDir(), nil)
+	ic, err := StartInProcCell(ctx, t.TempDir(), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

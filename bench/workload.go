@@ -107,6 +107,10 @@ type Config struct {
 	// PauseFor is how long failover-pause keeps the master stopped. If
 	// zero, DefaultPauseFor (twice lockcell's master lease).
 	PauseFor time.Duration
+	// Replicas is the number of members of the system's cluster (the
+	// fail-over workloads pick members by it; Result.Replicas records it).
+	// If zero, DefaultReplicas.
+	Replicas int
 	// Live, if set, receives progress counters for a progress line.
 	Live *Live
 }
@@ -149,7 +153,12 @@ func (c Config) populate() (Config, error) {
 	if c.PauseFor == 0 {
 		c.PauseFor = DefaultPauseFor
 	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultReplicas
+	}
 	switch {
+	case !ValidReplicas(c.Replicas):
+		return bad("replicas %d: want 3, 5 or 7", c.Replicas)
 	case c.Clients < 1 || c.Clients > MaxClients:
 		return bad("clients %d outside [1, %d]", c.Clients, MaxClients)
 	case c.Duration < 0 || c.Duration > MaxDuration:
@@ -181,10 +190,13 @@ func (c Config) populate() (Config, error) {
 
 // Result is the outcome of one run: one JSON line.
 type Result struct {
-	System   string    `json:"system"`
-	Workload Workload  `json:"workload"`
-	Clients  int       `json:"clients"`
-	Seed     uint64    `json:"seed"`
+	System   string   `json:"system"`
+	Workload Workload `json:"workload"`
+	Clients  int      `json:"clients"`
+	Seed     uint64   `json:"seed"`
+	// Replicas is the size of the system's cluster; 0 in results written
+	// before it was recorded, when it was always DefaultReplicas.
+	Replicas int       `json:"replicas,omitempty"`
 	Start    time.Time `json:"start"`
 	// Seconds is the measured time.
 	Seconds float64 `json:"seconds"`
@@ -204,6 +216,16 @@ type Result struct {
 	Skipped string `json:"skipped,omitempty"`
 	Note    string `json:"note,omitempty"`
 	Machine string `json:"machine,omitempty"`
+}
+
+// Label names the system and, unless it ran DefaultReplicas members, the
+// size of its cluster ("lockcell/3"): the table and the plot show runs at
+// 3 and 5 replicas side by side.
+func (r Result) Label() string {
+	if r.Replicas == 0 || r.Replicas == DefaultReplicas {
+		return r.System
+	}
+	return fmt.Sprintf("%s/%d", r.System, r.Replicas)
 }
 
 // Metric names in Result.Metrics.
@@ -293,7 +315,7 @@ func Run(ctx context.Context, d Driver, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	r := Result{System: d.Name(), Workload: cfg.Workload, Clients: cfg.Clients, Seed: cfg.Seed,
-		Start: time.Now().UTC(), Metrics: map[string]float64{}}
+		Replicas: cfg.Replicas, Start: time.Now().UTC(), Metrics: map[string]float64{}}
 	switch cfg.Workload {
 	case Uncontended:
 		err = runUncontended(ctx, d, cfg, &r)

@@ -61,7 +61,10 @@ type Config struct {
 	// it joins a running cell (AddReplica adds it), starting outside the
 	// membership, as a learner that votes in nothing. Replicas then lists
 	// this replica and the ones to reach at its first start; the cell
-	// tells it the rest. Set it on every start of such a replica.
+	// tells it the rest. Set it on every start of such a replica: it
+	// matters until the replica has learned of its addition (from then on
+	// its store holds the membership), but a start without it before then
+	// would take the replica for one of the cell's first voters.
 	Join bool
 	// DataDir holds this replica's Pebble store. Required.
 	DataDir string
@@ -206,6 +209,11 @@ type Config struct {
 	// run loop goroutine and must not block. Tests use it to force the interleaving
 	// of a cancellation with an Acquire in Paxos (export_test.go).
 	headOutcomeHook func(path string, err error, gone <-chan struct{}, deliver func())
+	// twoRoundHandOver, if set, makes the master hand a freed lock to its
+	// head waiter in two Paxos rounds (the release, then the waiter's
+	// Acquire), as before lockhandover.go: tests measure what one round
+	// saves (export_test.go).
+	twoRoundHandOver bool
 }
 
 func (c Config) populate() Config {

@@ -31,6 +31,11 @@ func SetHeadOutcomeHook(c *Config, hook func(path string, err error, gone <-chan
 	c.headOutcomeHook = hook
 }
 
+// SetTwoRoundHandOver makes the master of the replica that c configures
+// hand a freed lock to its head waiter in two Paxos rounds, as it did
+// before the grant rode on the release: tests compare the two.
+func SetTwoRoundHandOver(c *Config) { c.twoRoundHandOver = true }
+
 // MetricsText returns what the replica's /metrics serves (Prometheus text)
 // without an HTTP server, for tests on the simulated network.
 func (r *Replica) MetricsText() string {

@@ -70,9 +70,11 @@ type lockProposer interface {
 	// caller's, if it is refused); done must not block. A queued Acquire
 	// is never shed (waiters are bounded by MaxWaiters); a try may be.
 	acquire(caller namespace.Caller, op *namespace.Acquire, queued bool, done func(namespace.Result, error))
-	// release proposes op for caller and forgets it: it gives back a grant
-	// nobody waits for. It must not block and is never shed.
-	release(caller namespace.Caller, op *namespace.Release)
+	// release proposes op for caller: it gives back a grant nobody waits
+	// for (and may hand the lock on, op.Then). done is called exactly once
+	// with the outcome, like acquire's. It must not block and is never
+	// shed.
+	release(caller namespace.Caller, op *namespace.Release, done func(namespace.Result, error))
 }
 
 // lockDeps is what lockQueues needs besides Paxos.
@@ -90,14 +92,21 @@ type lockDeps struct {
 	// hook, if set, receives the outcome of each head's Acquire instead
 	// of handling it at once (see Config.headOutcomeHook).
 	hook func(path string, err error, gone <-chan struct{}, deliver func())
+	// twoRound, if set, turns handOver off (see Config.twoRoundHandOver).
+	twoRound bool
 }
 
 // lockQueue is the FIFO of sessions waiting for one lock.
 type lockQueue struct {
 	path    string
 	waiters []*lockWaiter
-	// inflight reports that an Acquire for the head is in Paxos.
+	// inflight reports that an Acquire for the head is in Paxos, on its
+	// own or as the grant of a command that frees the lock (handOver).
 	inflight bool
+	// freedInflight reports that the lock was freed while the head's
+	// Acquire was in flight (lockFreed): if that Acquire then leaves the
+	// head waiting, the head must ask again.
+	freedInflight bool
 	// timer retries the head when a lock-delay ends.
 	timer *time.Timer
 }
@@ -196,7 +205,12 @@ func (l *lockQueues) try(ctx context.Context, caller namespace.Caller, sess uint
 }
 
 // enqueue adds w behind the lock's other waiters and, if it is first, asks
-// for the lock at once. It fails if the master role ended.
+// for the lock at once. A waiter that joins behind others proposes
+// nothing: the head has asked already, or is in flight, or was granted
+// the lock just now, and the next free (lockFreed, a hand-over) serves the
+// queue. (Kicking the head on every arrival cost a command that came back
+// Locked, and a conflict event, per arrival at a busy lock.) It fails if
+// the master role ended.
 func (l *lockQueues) enqueue(path string, w *lockWaiter) error {
 	l.mu.Lock()
 	if err := l.mu.stopped; err != nil {
@@ -209,9 +223,12 @@ func (l *lockQueues) enqueue(path string, w *lockWaiter) error {
 		l.mu.queues[path] = q
 	}
 	q.waiters = append(q.waiters, w)
+	first := len(q.waiters) == 1
 	l.waitingLocked(1)
 	l.mu.Unlock()
-	l.kick(path)
+	if first {
+		l.kick(path)
+	}
 	return nil
 }
 
@@ -262,8 +279,11 @@ func (l *lockQueues) reclaim(path string, w *lockWaiter) {
 	}
 }
 
+// release gives back the grant g that w's caller will not read, and hands
+// the lock to the next waiter in the same command.
 func (l *lockQueues) release(w *lockWaiter, path string, g *namespace.Granted) {
-	l.deps.prop.release(w.caller, &namespace.Release{Session: w.session, Path: path, Generation: g.Generation})
+	grants, hs := l.attach(path)
+	l.deps.prop.release(w.caller, &namespace.Release{Session: w.session, Path: path, Generation: g.Generation, Then: grants}, hs.settle)
 }
 
 // count returns the number of blocked Acquire calls.
@@ -326,7 +346,14 @@ func (l *lockQueues) kick(path string) {
 	}
 	w := q.waiters[0]
 	q.inflight = true
+	q.freedInflight = false
 	l.mu.Unlock()
+	l.deps.prop.acquire(w.caller, &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}, true, l.outcomeFor(q, w))
+}
+
+// outcomeFor returns the function that takes the outcome of the head
+// waiter w's Acquire: headOutcome, through the test hook if one is set.
+func (l *lockQueues) outcomeFor(q *lockQueue, w *lockWaiter) func(namespace.Result, error) {
 	outcome := func(res namespace.Result, err error) { l.headOutcome(q, w, res, err) }
 	if hook := l.deps.hook; hook != nil {
 		direct := outcome
@@ -335,10 +362,100 @@ func (l *lockQueues) kick(path string) {
 			if e == nil && res.Err != nil {
 				e = res.Err
 			}
-			hook(path, e, w.gone, func() { direct(res, err) })
+			hook(q.path, e, w.gone, func() { direct(res, err) })
 		}
 	}
-	l.deps.prop.acquire(w.caller, &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}, true, outcome)
+	return outcome
+}
+
+// handOver readies the hand-over of path's lock to the head of its queue
+// inside a command that may free the lock (a Release, an ExpireSession),
+// so that the hand-over costs one Paxos slot instead of two: the release's,
+// then the head's Acquire. If the head waits and no Acquire of its is in
+// flight, handOver marks one in flight and returns the namespace.Grant
+// for the command to carry, and settle, which must be called exactly once:
+// with the grant's outcome if the command was applied, or with applied
+// false if it was not (refused, shed, never proposed). Otherwise ok is
+// false and the command carries no grant for path.
+//
+// The grant is the very Acquire kick would propose next, applied in the
+// same slot right after the lock is freed, so everything the type's
+// comment says of an Acquire in flight holds for it too: a waiter that
+// cancels meanwhile leaves at its outcome, and a grant it got is released.
+func (l *lockQueues) handOver(path string) (g namespace.Grant, settle func(h namespace.Handed, applied bool), ok bool) {
+	l.mu.Lock()
+	q := l.mu.queues[path]
+	if q == nil || q.inflight || l.mu.stopped != nil {
+		l.mu.Unlock()
+		return namespace.Grant{}, nil, false
+	}
+	n := len(q.waiters)
+	for len(q.waiters) > 0 && q.waiters[0].abandoned() {
+		q.waiters = q.waiters[1:]
+	}
+	l.waitingLocked(len(q.waiters) - n)
+	if len(q.waiters) == 0 {
+		l.dropIfEmptyLocked(q)
+		l.mu.Unlock()
+		return namespace.Grant{}, nil, false
+	}
+	w := q.waiters[0]
+	q.inflight = true
+	q.freedInflight = false
+	l.mu.Unlock()
+	outcome := l.outcomeFor(q, w)
+	var once sync.Once
+	settle = func(h namespace.Handed, applied bool) {
+		once.Do(func() {
+			switch {
+			case !applied || !h.Tried:
+				l.notTried(q, w)
+			case h.Reply != nil:
+				outcome(namespace.Result{Reply: h.Reply}, nil)
+			default:
+				outcome(namespace.Result{Err: h.Err}, nil)
+			}
+		})
+	}
+	return namespace.Grant{Caller: w.caller, Session: w.session, Path: path, Mode: w.mode}, settle, true
+}
+
+// notTried ends the flight of a grant that was never tried: its command
+// was not applied, or did not free the lock (a shared lock that others
+// still hold, a stale release). The head keeps its place and asks again
+// only if the lock was freed meanwhile; a head that canceled leaves, and
+// the next waiter gets its turn.
+//
+// If the master role ended meanwhile (stop kept the head for this
+// outcome), the head leaves, told what every other waiter was told.
+func (l *lockQueues) notTried(q *lockQueue, w *lockWaiter) {
+	l.mu.Lock()
+	q.inflight = false
+	next := q.freedInflight
+	q.freedInflight = false
+	atHead := len(q.waiters) > 0 && q.waiters[0] == w
+	var told error
+	switch {
+	case !atHead:
+		next = true
+	case w.abandoned():
+		q.waiters = q.waiters[1:]
+		l.waitingLocked(-1)
+		next = true
+	case l.mu.stopped != nil:
+		q.waiters = q.waiters[1:]
+		l.waitingLocked(-1)
+		told = l.mu.stopped
+	}
+	next = next && len(q.waiters) > 0
+	l.dropIfEmptyLocked(q)
+	if told != nil {
+		w.finish(nil, told)
+	}
+	l.mu.Unlock()
+	if next {
+		go l.kick(q.path)
+	}
 }
 
 // headOutcome handles the result of the head waiter's Acquire. It runs on
@@ -352,6 +469,8 @@ func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Resu
 	g, _ := res.Reply.(*namespace.Granted)
 	l.mu.Lock()
 	q.inflight = false
+	freed := q.freedInflight
+	q.freedInflight = false
 	gone := w.abandoned()
 	// w is still the head: while its Acquire is in flight nothing else
 	// removes it. The check keeps a surprise from dropping someone else.
@@ -364,7 +483,9 @@ func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Resu
 	case err == nil && g != nil:
 		q.waiters = q.waiters[1:]
 		l.waitingLocked(-1)
-		// Shared grants let the next shared waiter in at once.
+		// Shared grants let the next shared waiter in at once. (A free
+		// noted while this Acquire was in flight came before it: the lock
+		// is this grant's now.)
 		next = g.Mode == api.LockShared && len(q.waiters) > 0 && q.waiters[0].mode == api.LockShared
 	case gone:
 		// Canceled while in Paxos and not granted: it leaves now, and the
@@ -383,8 +504,10 @@ func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Resu
 			err = l.mu.stopped
 		}
 	case errors.Is(err, api.ErrLocked):
-		// Stay at the head; the release that frees the lock kicks again.
+		// Stay at the head; the release that frees the lock kicks again
+		// (or freed it already, while this Acquire was in flight).
 		conflict = true
+		next = freed
 	case errors.Is(err, api.ErrLockDelay):
 		delay = time.Millisecond
 		var ae *api.Error
@@ -431,16 +554,25 @@ func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Resu
 // lockFreed wakes the head waiter of a lock that became free, or fails
 // every waiter if its node is gone. It runs on the run loop goroutine and
 // does not block.
+//
+// While the head's Acquire is in flight the outcome of that Acquire decides
+// (headOutcome, notTried); lockFreed only notes that the lock was freed, so
+// that a head left waiting asks again.
 func (l *lockQueues) lockFreed(f namespace.FreedLock) {
+	l.mu.Lock()
+	q := l.mu.queues[f.Path]
+	if q != nil && q.inflight {
+		q.freedInflight = true
+		l.mu.Unlock()
+		return
+	}
 	if !f.NodeDeleted {
+		l.mu.Unlock()
 		go l.kick(f.Path)
 		return
 	}
-	l.mu.Lock()
-	q := l.mu.queues[f.Path]
 	var ws []*lockWaiter
-	inflight := q != nil && q.inflight
-	if q != nil && !q.inflight {
+	if q != nil {
 		ws = q.waiters
 		q.waiters = nil
 		l.waitingLocked(-len(ws))
@@ -449,9 +581,6 @@ func (l *lockQueues) lockFreed(f namespace.FreedLock) {
 	l.mu.Unlock()
 	for _, w := range ws {
 		w.finish(nil, apiErr(api.NotFound, "the lock's node was deleted"))
-	}
-	if inflight {
-		go l.kick(f.Path)
 	}
 }
 

@@ -16,9 +16,11 @@ import (
 // fakeLockPaxos is a lockProposer whose Acquires the test answers by hand
 // and whose Releases it records.
 type fakeLockPaxos struct {
-	mu        sync.Mutex
-	acquires  []*proposedAcquire
-	releases  []namespace.Release
+	mu       sync.Mutex
+	acquires []*proposedAcquire
+	releases []namespace.Release
+	// released holds the done of each release, in order.
+	released  []func(namespace.Result, error)
 	conflicts []string
 	gen       uint64
 }
@@ -36,10 +38,11 @@ func (f *fakeLockPaxos) acquire(caller namespace.Caller, op *namespace.Acquire, 
 	f.acquires = append(f.acquires, &proposedAcquire{caller, *op, queued, done})
 }
 
-func (f *fakeLockPaxos) release(caller namespace.Caller, op *namespace.Release) {
+func (f *fakeLockPaxos) release(caller namespace.Caller, op *namespace.Release, done func(namespace.Result, error)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.releases = append(f.releases, *op)
+	f.released = append(f.released, done)
 }
 
 // take returns the Acquires proposed since the last take.
@@ -214,7 +217,7 @@ func TestLockQueuesCancelLeavesNothing(t *testing.T) {
 			gen := f.grant(p)
 			synctest.Wait()
 			rel := f.takeReleases()
-			if len(rel) != 1 || rel[0] != (namespace.Release{Session: 1, Path: "/t/l", Generation: gen}) {
+			if len(rel) != 1 || rel[0].Session != 1 || rel[0].Path != "/t/l" || rel[0].Generation != gen || rel[0].Then != nil {
 				t.Fatalf("releases %+v, want one of session 1's generation %d", rel, gen)
 			}
 			if n := l.count(); n != 0 || l.queued("/t/l") {
@@ -389,6 +392,171 @@ func TestLockQueuesNodeDeletedAndStop(t *testing.T) {
 	})
 }
 
+// A waiter that joins a queue whose head was told Locked proposes
+// nothing; the free of the lock serves the head.
+func TestLockQueuesJoinProposesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, f := newTestLockQueues()
+		w1 := goWait(t.Context(), l, 1, "/t/l", api.LockExclusive)
+		f.locked(f.one(t, 1))
+		synctest.Wait()
+		w2 := goWait(t.Context(), l, 2, "/t/l", api.LockExclusive)
+		if got := f.take(); len(got) != 0 {
+			t.Fatalf("a waiter joining the queue sent %d Acquires to Paxos", len(got))
+		}
+		if !slices.Equal(f.conflicts, []string{"/t/l"}) {
+			t.Fatalf("conflicts told %v; want one, for the head's Locked", f.conflicts)
+		}
+		l.lockFreed(namespace.FreedLock{Path: "/t/l"})
+		synctest.Wait()
+		f.grant(f.one(t, 1))
+		if out := <-w1; out.err != nil {
+			t.Fatal(out.err)
+		}
+		if !waiting(w2) {
+			t.Fatal("session 2 returned while session 1 holds the lock")
+		}
+	})
+}
+
+// handOverHead queues session 1 behind a held lock (its Acquire comes back
+// Locked) and returns its wait and the lock's hand-over to it.
+func handOverHead(t *testing.T, l *lockQueues, f *fakeLockPaxos, ctx context.Context) (<-chan waitOut, namespace.Grant, func(namespace.Handed, bool)) {
+	t.Helper()
+	w1 := goWait(ctx, l, 1, "/t/l", api.LockExclusive)
+	f.locked(f.one(t, 1))
+	synctest.Wait()
+	g, settle, ok := l.handOver("/t/l")
+	if !ok || g.Session != 1 || g.Path != "/t/l" || g.Mode != api.LockExclusive || g.Caller != lqCaller {
+		t.Fatalf("handOver = %+v, %v; want session 1's grant", g, ok)
+	}
+	if _, _, ok := l.handOver("/t/l"); ok {
+		t.Fatal("a second hand-over while the first is in flight")
+	}
+	l.kick("/t/l")
+	if got := f.take(); len(got) != 0 {
+		t.Fatal("an Acquire went to Paxos while the head's grant rides on a release")
+	}
+	return w1, g, settle
+}
+
+// The hand-over of a lock to its head waiter inside the command that frees
+// it (lockhandover.go): the head's Acquire is in flight until the grant is
+// settled, whatever the outcome.
+func TestLockQueuesHandOver(t *testing.T) {
+	t.Run("no waiter: nothing to carry", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, _ := newTestLockQueues()
+			if g, _, ok := l.handOver("/t/l"); ok {
+				t.Fatalf("handOver of a lock nobody waits for = %+v", g)
+			}
+		})
+	})
+	t.Run("granted: the head has it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, g, settle := handOverHead(t, l, f, t.Context())
+			settle(namespace.Handed{Tried: true, Reply: &namespace.Granted{Path: g.Path, Mode: g.Mode, Generation: 9}}, true)
+			if out := <-w1; out.err != nil || out.g.Generation != 9 {
+				t.Fatalf("head's wait = %+v, %v; want generation 9", out.g, out.err)
+			}
+			settle(namespace.Handed{}, false) // a second settle changes nothing
+			if n := l.count(); n != 0 || l.queued("/t/l") {
+				t.Fatalf("count = %d, queued %v after the hand-over", n, l.queued("/t/l"))
+			}
+		})
+	})
+	t.Run("not applied: the head keeps its place and is not re-proposed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, _, settle := handOverHead(t, l, f, t.Context())
+			settle(namespace.Handed{}, false)
+			synctest.Wait()
+			if got := f.take(); len(got) != 0 {
+				t.Fatal("an Acquire was proposed after a hand-over whose release was not applied")
+			}
+			if !waiting(w1) || l.count() != 1 {
+				t.Fatal("the head left the queue")
+			}
+			l.lockFreed(namespace.FreedLock{Path: "/t/l"})
+			synctest.Wait()
+			f.grant(f.one(t, 1))
+			if out := <-w1; out.err != nil {
+				t.Fatal(out.err)
+			}
+		})
+	})
+	t.Run("not tried, lock freed meanwhile: the head asks again", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, _, settle := handOverHead(t, l, f, t.Context())
+			// Another command freed the lock while the grant was in flight;
+			// the grant's own release then failed (stale).
+			l.lockFreed(namespace.FreedLock{Path: "/t/l"})
+			synctest.Wait()
+			if got := f.take(); len(got) != 0 {
+				t.Fatal("lockFreed proposed an Acquire while the head's grant was in flight")
+			}
+			settle(namespace.Handed{}, true)
+			synctest.Wait()
+			f.grant(f.one(t, 1))
+			if out := <-w1; out.err != nil {
+				t.Fatal(out.err)
+			}
+		})
+	})
+	t.Run("lock-delay: the head retries when it ends", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, g, settle := handOverHead(t, l, f, t.Context())
+			until := time.Now().Add(5 * time.Second).UnixNano()
+			settle(namespace.Handed{Tried: true, Err: api.LockDelayError(g.Path, until)}, true)
+			synctest.Wait()
+			if got := f.take(); len(got) != 0 {
+				t.Fatal("the head retried inside the lock-delay")
+			}
+			time.Sleep(5 * time.Second)
+			synctest.Wait()
+			f.grant(f.one(t, 1))
+			if out := <-w1; out.err != nil {
+				t.Fatal(out.err)
+			}
+		})
+	})
+	t.Run("canceled in flight, then granted: given back and handed on", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			ctx, cancel := context.WithCancel(t.Context())
+			w1, g, settle := handOverHead(t, l, f, ctx)
+			w2 := goWait(t.Context(), l, 2, "/t/l", api.LockExclusive)
+			cancel()
+			if out := <-w1; !errors.Is(out.err, api.ErrCanceled) {
+				t.Fatalf("canceled wait = %+v, %v", out.g, out.err)
+			}
+			settle(namespace.Handed{Tried: true, Reply: &namespace.Granted{Path: g.Path, Mode: g.Mode, Generation: 9}}, true)
+			synctest.Wait()
+			rel := f.takeReleases()
+			if len(rel) != 1 || rel[0].Session != 1 || rel[0].Generation != 9 {
+				t.Fatalf("releases %+v; want session 1's generation 9 given back", rel)
+			}
+			// The give-back carries session 2's grant.
+			if len(rel[0].Then) != 1 || rel[0].Then[0].Session != 2 {
+				t.Fatalf("the give-back carries %+v; want session 2's grant", rel[0].Then)
+			}
+			f.mu.Lock()
+			done := f.released[len(f.released)-1]
+			f.mu.Unlock()
+			done(namespace.Result{Reply: &namespace.Released{Freed: true}, Handed: []namespace.Handed{{Tried: true, Reply: &namespace.Granted{Path: "/t/l", Mode: api.LockExclusive, Generation: 10}}}}, nil)
+			if out := <-w2; out.err != nil || out.g.Generation != 10 {
+				t.Fatalf("session 2: %+v, %v; want generation 10", out.g, out.err)
+			}
+			if n := l.count(); n != 0 {
+				t.Fatalf("count = %d", n)
+			}
+		})
+	})
+}
+
 // A head whose Acquire is in Paxos when the master role ends is told that
 // Acquire's outcome, not the stop: a grant that arrives after the stop is
 // the head's (it holds it; nothing is released), an Acquire that was not
@@ -444,4 +612,35 @@ func TestLockQueuesStopKeepsHeadInPaxos(t *testing.T) {
 			t.Fatal("an Acquire was proposed after stop")
 		}
 	})
+}
+
+// A head whose grant rides on a release when the master role ends is told
+// the grant's outcome: granted, it holds the lock; not tried, it is told
+// the stop's error.
+func TestLockQueuesStopKeepsHandedHead(t *testing.T) {
+	for _, granted := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			l, f := newTestLockQueues()
+			w1, g, settle := handOverHead(t, l, f, t.Context())
+			l.stop(apiErr(api.NotMaster, "stopped"))
+			synctest.Wait()
+			if !waiting(w1) {
+				t.Fatal("the head whose grant is in Paxos was answered at stop")
+			}
+			if granted {
+				settle(namespace.Handed{Tried: true, Reply: &namespace.Granted{Path: g.Path, Mode: g.Mode, Generation: 9}}, true)
+				if out := <-w1; out.err != nil || out.g.Generation != 9 {
+					t.Fatalf("head granted after the stop: %+v, %v; want generation 9", out.g, out.err)
+				}
+			} else {
+				settle(namespace.Handed{}, false)
+				if out := <-w1; !errors.Is(out.err, api.ErrNotMaster) {
+					t.Fatalf("head not tried after the stop: %v; want NotMaster", out.err)
+				}
+			}
+			if rel := f.takeReleases(); len(rel) != 0 {
+				t.Fatalf("releases %+v", rel)
+			}
+		})
+	}
 }

@@ -83,6 +83,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		now:      r.clock.now,
 		waiting:  func(d int) { r.metrics.waiters.Add(float64(d)) },
 		hook:     r.cfg.headOutcomeHook,
+		twoRound: r.cfg.twoRoundHandOver,
 	})
 	admin := r.admin()
 	tenants, err := r.ns.ListTenants(admin)
@@ -134,8 +135,8 @@ func (p masterProposer) acquire(caller namespace.Caller, op *namespace.Acquire, 
 	p.m.r.pipe.submit(context.Background(), p.m, o, caller, op, done)
 }
 
-func (p masterProposer) release(caller namespace.Caller, op *namespace.Release) {
-	p.m.r.pipe.submit(context.Background(), p.m, originCell, caller, op, func(namespace.Result, error) {})
+func (p masterProposer) release(caller namespace.Caller, op *namespace.Release, done func(namespace.Result, error)) {
+	p.m.r.pipe.submit(context.Background(), p.m, originCell, caller, op, done)
 }
 
 // stop ends the role: every lock waiter is told to retry with the new
@@ -164,7 +165,7 @@ func (m *master) expireLoop() {
 			}
 			m.r.metrics.expiries.Inc()
 			m.r.log.Info("session lease ran out; expiring it", "session", d.Session)
-			m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), &namespace.ExpireSession{Session: uint64(d.Session)}, func(res namespace.Result, err error) {
+			m.expire(uint64(d.Session), func(res namespace.Result, err error) {
 				if err != nil {
 					m.r.log.Warn("expiring session failed; the next master will decide again", "session", d.Session, "err", err)
 				}
@@ -208,6 +209,6 @@ func (m *master) onApplied(res namespace.Result) {
 func (m *master) tokenRevoked(id string) {
 	for _, sess := range m.owners.boundTo(id) {
 		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
-		m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), &namespace.ExpireSession{Session: sess}, func(namespace.Result, error) {})
+		m.expire(sess, nil)
 	}
 }

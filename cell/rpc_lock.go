@@ -56,10 +56,15 @@ func (r *Replica) sequencerResponse(g *namespace.Granted) (*api.SequencerRespons
 }
 
 func handleRelease(ctx context.Context, c *rpcCall, req *api.ReleaseRequest) (any, error) {
-	if _, err := c.needHandle(req.Header, req.Handle); err != nil {
+	m, err := c.needHandle(req.Header, req.Handle)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := result(c.propose(ctx, &namespace.Release{Session: req.Session, Path: req.Handle.Path, Generation: req.Generation})); err != nil {
+	// The head waiter, if any, takes the lock in the same command
+	// (handover.go).
+	grants, hs := m.locks.attach(req.Handle.Path)
+	op := &namespace.Release{Session: req.Session, Path: req.Handle.Path, Generation: req.Generation, Then: grants}
+	if _, err := result(c.proposeHandingOver(ctx, op, hs)); err != nil {
 		return nil, err
 	}
 	return &api.Empty{}, nil

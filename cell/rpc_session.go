@@ -45,10 +45,16 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 }
 
 func handleCloseSession(ctx context.Context, c *rpcCall, req *api.CloseSessionRequest) (any, error) {
-	if _, err := c.needSession(req.Header); err != nil {
+	m, err := c.needSession(req.Header)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := result(c.propose(ctx, &namespace.CloseSession{Session: req.Session})); err != nil {
+	// The session's locks go to their head waiters in the same command
+	// (lockhandover.go).
+	op := &namespace.CloseSession{Session: req.Session}
+	var hs handOvers
+	op.Then, hs = m.heldHandOvers(req.Session)
+	if _, err := result(c.proposeHandingOver(ctx, op, hs)); err != nil {
 		return nil, err
 	}
 	return &api.Empty{}, nil

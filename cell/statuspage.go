@@ -306,7 +306,7 @@ Rebuild: {{.Phase}}, since {{.Since.Format "2006-01-02 15:04:05 MST"}}{{if not .
 <h2>Replicas</h2>
 <p class="s">Each replica as it last reported itself to this one; lag is how many slots it has yet to apply of the highest chosen slot known here.</p>
 <table id="replicas"><tr><th>replica</th><th>address</th><th>role</th><th>epoch</th><th>chosen</th><th>applied</th><th>lag</th><th>heard</th></tr>
-{{range .Replicas}}<tr><td>{{.ID}}</td><td>{{.Addr}}</td><td>{{if .Master}}<span class="m">{{.Role}}</span>{{else}}{{.Role}}{{end}}</td>{{if lt .HeardMillis 0}}<td>-</td><td>-</td><td>-</td><td>-</td><td>never</td>{{else}}<td>{{.Epoch}}</td><td class="n">{{.Chosen}}</td><td class="n">{{.Applied}}</td><td class="n">{{.Lag}}</td><td>{{if eq .HeardMillis 0}}this replica{{else}}{{.HeardMillis}} ms ago{{end}}</td>{{end}}</tr>
+{{range .Replicas}}<tr><td>{{.ID}}</td><td>{{.Addr}}</td><td>{{if .Master}}<span class="m">{{.Role}}</span>{{else}}{{.Role}}{{end}}{{if .Learner}} (learner: votes once caught up){{end}}</td>{{if lt .HeardMillis 0}}<td>-</td><td>-</td><td>-</td><td>-</td><td>never</td>{{else}}<td>{{.Epoch}}</td><td class="n">{{.Chosen}}</td><td class="n">{{.Applied}}</td><td class="n">{{.Lag}}</td><td>{{if eq .HeardMillis 0}}this replica{{else}}{{.HeardMillis}} ms ago{{end}}</td>{{end}}</tr>
 {{end}}</table>
 <h2>Sessions and locks</h2>
 <p id="totals">Sessions open: {{.Sessions}}. Lock grants held: {{.Locks}}. (In the state this replica applied.)</p>

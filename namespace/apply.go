@@ -2,9 +2,11 @@ package namespace
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/invariants"
 )
 
 // applier applies one command inside a slot's txn.
@@ -75,7 +77,64 @@ func (t *txn) apply(cmd Command) (Result, error) {
 	}
 	t.ctr.Clock = a.now
 	res.Reply = reply
+	if grants := thenOf(cmd.Op); len(grants) > 0 {
+		if err := t.handOver(cmd.Time, grants, &res); err != nil {
+			return Result{}, err
+		}
+	}
 	return res, nil
+}
+
+// thenOf returns the grants op carries.
+func thenOf(op Op) []Grant {
+	switch o := op.(type) {
+	case *Release:
+		return o.Then
+	case *CloseSession:
+		return o.Then
+	case *ExpireSession:
+		return o.Then
+	}
+	return nil
+}
+
+// handOver tries each grant whose lock the command just freed (it is in
+// res.Freed), as an Acquire of the grant's caller at the command's time,
+// and records the outcomes in res.Handed. A grant that succeeds takes its
+// lock out of res.Freed and adds its changes to res.Changes. The error is
+// a storage failure.
+// REQUIRES: the command's own operation succeeded.
+func (t *txn) handOver(at int64, grants []Grant, res *Result) error {
+	res.Handed = make([]Handed, len(grants))
+	for i, g := range grants {
+		j := slices.IndexFunc(res.Freed, func(f FreedLock) bool { return f.Path == g.Path && !f.NodeDeleted })
+		if j < 0 {
+			continue
+		}
+		writes, before := t.writes, t.ctr
+		sub, err := t.apply(Command{Time: at, Caller: g.Caller, Op: &Acquire{Session: g.Session, Path: g.Path, Mode: g.Mode}})
+		if err != nil {
+			return err
+		}
+		h := &res.Handed[i]
+		h.Tried = true
+		if sub.Err != nil {
+			if t.writes != writes || t.ctr != before {
+				// INVARIANT: a failing command writes nothing (see applier).
+				err := fmt.Errorf("%w: BUG: a grant of %s failed with %v after writing", ErrCorrupt, g.Path, sub.Err)
+				if invariants.Enabled {
+					panic(err)
+				}
+				return err
+			}
+			h.Err = sub.Err
+			continue
+		}
+		h.Reply = sub.Reply.(*Granted)
+		res.Changes = append(res.Changes, sub.Changes...)
+		res.Freed = slices.Delete(res.Freed, j, j+1)
+	}
+	return nil
 }
 
 func (a *applier) change(kind ChangeKind, p Path, child string, inst uint64) {
@@ -629,6 +688,9 @@ func (a *applier) release(op *Release) (Reply, *api.Error, error) {
 	}
 	if op.Generation != n.LockGen {
 		return nil, api.Errorf(api.FailedPrecondition, "%s: stale release of generation %d; the lock is at %d", p, op.Generation, n.LockGen), nil
+	}
+	if len(op.Then) > 1 || len(op.Then) == 1 && op.Then[0].Path != string(p) {
+		return nil, api.Errorf(api.InvalidArgument, "a release hands its lock to at most one grant of the same path"), nil
 	}
 
 	// Writes from here on.

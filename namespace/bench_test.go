@@ -98,6 +98,66 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 	reportCmds(b, 2*b.N*benchBatch)
 }
 
+// BenchmarkApplyHandOver: one op is one hand-over of a contended lock
+// between two sessions, as every replica applies it. two-slots is the
+// hand-over in two rounds (a slot with the holder's Release, then a slot
+// with the waiter's Acquire); one-slot is the Release carrying the
+// waiter's grant (Release.Then) in one slot. slots/op is what each replica
+// syncs to its Paxos log per hand-over; bench/scripts/cpu-per-command.sh
+// counts the instructions per op under callgrind.
+func BenchmarkApplyHandOver(b *testing.B) {
+	for _, oneSlot := range []bool{false, true} {
+		name := "two-slots"
+		if oneSlot {
+			name = "one-slot"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := benchEnv(b)
+			sids := [2]uint64{e.session(alice), e.session(alice)}
+			const path = "/a/d/hot"
+			e.create(alice, 0, path, false, "")
+			first := e.applyOne(b, Command{Time: e.now, Caller: alice, Op: &Acquire{Session: sids[0], Path: path, Mode: api.LockExclusive}})
+			gen := first.Reply.(*Granted).Generation
+			slots := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				holder, next := sids[i%2], sids[(i+1)%2]
+				rel := &Release{Session: holder, Path: path, Generation: gen}
+				if oneSlot {
+					rel.Then = []Grant{{Caller: alice, Session: next, Path: path, Mode: api.LockExclusive}}
+					r := e.applyOne(b, Command{Time: e.now, Caller: alice, Op: rel})
+					if len(r.Handed) != 1 || r.Handed[0].Reply == nil {
+						b.Fatalf("hand-over %d: %+v", i, r.Handed)
+					}
+					gen = r.Handed[0].Reply.Generation
+					slots++
+					continue
+				}
+				e.applyOne(b, Command{Time: e.now, Caller: alice, Op: rel})
+				r := e.applyOne(b, Command{Time: e.now, Caller: alice, Op: &Acquire{Session: next, Path: path, Mode: api.LockExclusive}})
+				gen = r.Reply.(*Granted).Generation
+				slots += 2
+			}
+			b.ReportMetric(float64(slots)/float64(b.N), "slots/op")
+		})
+	}
+}
+
+// applyOne applies cmd alone in the next slot and returns its result,
+// failing the benchmark if the command fails.
+func (e *env) applyOne(b *testing.B, cmd Command) Result {
+	e.slot++
+	rs, err := e.s.ApplySlot(e.slot, [][]byte{encode(b, cmd)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if rs[0].Err != nil {
+		b.Fatal(rs[0].Err)
+	}
+	return rs[0]
+}
+
 // fill creates n files under /a/d in slots of 1000.
 func fill(b *testing.B, e *env, n int) {
 	for i := 0; i < n; {

@@ -57,6 +57,9 @@ const (
 	mpStr8     = 0xd9
 	mpStr16    = 0xda
 	mpStr32    = 0xdb
+	mpFixArray = 0x90
+	mpArray16  = 0xdc
+	mpArray32  = 0xdd
 	mpMap16    = 0xde
 	mpMap32    = 0xdf
 	mpFixMap   = 0x80
@@ -142,6 +145,17 @@ func mpMap(b []byte, n int) []byte {
 	return binary.BigEndian.AppendUint32(append(b, mpMap32), uint32(n))
 }
 
+// mpArray writes an array header of n elements.
+func mpArray(b []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(b, mpFixArray|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, mpArray16), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, mpArray32), uint32(n))
+}
+
 // mpKey writes a field key (all ours are fixstr).
 func mpKey(b []byte, k string) []byte { return append(append(b, mpFixStr|byte(len(k))), k...) }
 
@@ -151,7 +165,7 @@ func mpKey(b []byte, k string) []byte { return append(append(b, mpFixStr|byte(le
 // to the struct).
 // The pointer's type is the field's kind: *uint64, *int64, *string,
 // *[]byte, *bool, *api.LockMode, *api.ACLNames, **api.ACLNames (left out
-// when nil) or *api.TenantQuota. Fields are listed in declaration order,
+// when nil), *api.TenantQuota or *[]Grant (left out when empty). Fields are listed in declaration order,
 // which is the order msgpack writes them and the only order DecodeCommand
 // accepts.
 type field struct {
@@ -180,6 +194,17 @@ const (
 	keyTenant    = "t"
 )
 
+// The keys of a Grant, in declaration order; none is left out when zero.
+// Its caller is written like the envelope's. Like the envelope, a grant is
+// spelled out in appendGrants and cmdReader.grants.
+const (
+	keyGrantCaller  = "c"
+	keyGrantSession = "s"
+	keyGrantPath    = "p"
+	keyGrantMode    = "m"
+	grantKeys       = 4
+)
+
 // aclFields describes api.ACLNames.
 var aclFields = []field{
 	{"r", true, func(a any) any { return &a.(*api.ACLNames).Read }},
@@ -196,9 +221,11 @@ var opCodecs = [numKinds]opCodec{
 	KindCreateSession: {func() Op { return &CreateSession{} }, nil},
 	KindCloseSession: {func() Op { return &CloseSession{} }, []field{
 		{"s", false, func(o any) any { return &o.(*CloseSession).Session }},
+		{"h", true, func(o any) any { return &o.(*CloseSession).Then }},
 	}},
 	KindExpireSession: {func() Op { return &ExpireSession{} }, []field{
 		{"s", false, func(o any) any { return &o.(*ExpireSession).Session }},
+		{"h", true, func(o any) any { return &o.(*ExpireSession).Then }},
 	}},
 	KindOpen: {func() Op { return &OpenNode{} }, []field{
 		{"s", true, func(o any) any { return &o.(*OpenNode).Session }},
@@ -237,6 +264,7 @@ var opCodecs = [numKinds]opCodec{
 		{"s", false, func(o any) any { return &o.(*Release).Session }},
 		{"p", false, func(o any) any { return &o.(*Release).Path }},
 		{"g", false, func(o any) any { return &o.(*Release).Generation }},
+		{"h", true, func(o any) any { return &o.(*Release).Then }},
 	}},
 	KindCreateTenant: {func() Op { return &CreateTenant{} }, []field{
 		{"n", false, func(o any) any { return &o.(*CreateTenant).Name }},
@@ -322,6 +350,12 @@ func appendStruct(b []byte, fields []field, v any) []byte {
 			b = appendACL(b, *x)
 		case *api.TenantQuota:
 			b = mpQuota(b, *x)
+		case *[]Grant:
+			if f.omit && len(*x) == 0 {
+				b = b[:start]
+				continue
+			}
+			b = appendGrants(b, *x)
 		default:
 			panic(fmt.Sprintf("namespace: BUG: command field of kind %T", x))
 		}
@@ -347,6 +381,22 @@ func appendACL(b []byte, a *api.ACLNames) []byte {
 	return b
 }
 
+// appendGrants writes gs as an array of Grant maps.
+func appendGrants(b []byte, gs []Grant) []byte {
+	b = mpArray(b, len(gs))
+	for i := range gs {
+		g := &gs[i]
+		b = mpMap(b, grantKeys)
+		b = mpMap(mpKey(b, keyGrantCaller), 2)
+		b = mpStr(mpKey(b, keyPrincipal), g.Caller.Principal)
+		b = mpStr(mpKey(b, keyTenant), g.Caller.Tenant)
+		b = mpUint(mpKey(b, keyGrantSession), g.Session)
+		b = mpStr(mpKey(b, keyGrantPath), g.Path)
+		b = mpUint(mpKey(b, keyGrantMode), uint64(g.Mode))
+	}
+	return b
+}
+
 // structSizeHint estimates the encoded size of v's fields: a fixed part
 // per field, and the length of each string or byte field.
 func structSizeHint(fields []field, v any) int {
@@ -366,6 +416,11 @@ func structSizeHint(fields []field, v any) int {
 			n += 32
 		case *api.TenantQuota:
 			n += 64
+		case *[]Grant:
+			n += 5
+			for _, g := range *p {
+				n += 32 + len(g.Caller.Principal) + len(g.Caller.Tenant) + len(g.Path)
+			}
 		default:
 			n += 9
 		}
@@ -632,6 +687,8 @@ func readStruct(r *cmdReader, fields []field, v any, what string) {
 			*x = acl
 		case *api.TenantQuota:
 			*x = r.quota(f.key)
+		case *[]Grant:
+			*x = r.grants(f.key)
 		default:
 			panic(fmt.Sprintf("namespace: BUG: command field of kind %T", x))
 		}
@@ -648,6 +705,68 @@ func readACL(r *cmdReader, a *api.ACLNames, what string) {
 		}
 	}
 	fs.done(what)
+}
+
+// minGrantSize is the fewest bytes an encoded Grant takes (empty strings,
+// one-byte integers), which bounds what an array header may announce.
+const minGrantSize = 1 + 2 + 1 + 2 + 1 + 2 + 1 + 2 + 1 + 2 + 1 + 2 + 1
+
+// grants reads an array of Grant maps (appendGrants).
+func (r *cmdReader) grants(what string) []Grant {
+	pos := r.Pos()
+	c := r.Byte(what)
+	var n int
+	switch {
+	case r.Err() != nil:
+		return nil
+	case c&0xf0 == mpFixArray:
+		n = int(c & 0x0f)
+	case c == mpArray16:
+		n = int(r.Uint16(what))
+	case c == mpArray32:
+		n = int(r.Uint32(what))
+	default:
+		r.fail(pos, what, "not an array")
+		return nil
+	}
+	if n > r.Len()/minGrantSize {
+		r.fail(pos, what, fmt.Sprintf("%d grants in %d bytes", n, r.Len()))
+		return nil
+	}
+	gs := make([]Grant, n)
+	for i := range gs {
+		g := &gs[i]
+		fs := r.fields(what)
+		if fs.at(keyGrantCaller) {
+			cf := r.fields("grant caller")
+			if cf.at(keyPrincipal) {
+				g.Caller.Principal = r.str("grant principal")
+			}
+			if cf.at(keyTenant) {
+				g.Caller.Tenant = r.str("grant tenant")
+			}
+			cf.done("grant caller")
+		}
+		if fs.at(keyGrantSession) {
+			g.Session = r.uint("grant session")
+		}
+		if fs.at(keyGrantPath) {
+			g.Path = r.str("grant path")
+		}
+		if fs.at(keyGrantMode) {
+			mpos := r.Pos()
+			if m := r.uint("grant mode"); m > math.MaxUint8 {
+				r.fail(mpos, "grant mode", "lock mode overflows")
+			} else {
+				g.Mode = api.LockMode(m)
+			}
+		}
+		fs.done(what)
+		if r.Err() != nil {
+			return nil
+		}
+	}
+	return gs
 }
 
 // quota reads a tenant quota with the msgpack library (see mpQuota),

@@ -82,6 +82,13 @@ func randCommands(r *rand.Rand, n int) []Command {
 		randUints(r, reflect.ValueOf(&q).Elem(), u)
 		return q
 	}
+	grants := func() []Grant {
+		var gs []Grant
+		for range []int{0, 0, 0, 1, 1, 2, 15, 16, 17}[r.IntN(9)] {
+			gs = append(gs, Grant{Caller: Caller{Principal: str(), Tenant: str()}, Session: u(), Path: str(), Mode: api.LockMode(r.IntN(256))})
+		}
+		return gs
+	}
 	var out []Command
 	for len(out) < n {
 		var op Op
@@ -89,9 +96,9 @@ func randCommands(r *rand.Rand, n int) []Command {
 		case KindCreateSession:
 			op = &CreateSession{}
 		case KindCloseSession:
-			op = &CloseSession{Session: u()}
+			op = &CloseSession{Session: u(), Then: grants()}
 		case KindExpireSession:
-			op = &ExpireSession{Session: u()}
+			op = &ExpireSession{Session: u(), Then: grants()}
 		case KindOpen:
 			o := &OpenNode{Session: u(), Path: str(), Create: r.IntN(2) == 0, Exclusive: r.IntN(2) == 0, Dir: r.IntN(2) == 0,
 				Ephemeral: r.IntN(2) == 0, Contents: bin(), LockDelay: i()}
@@ -109,7 +116,7 @@ func randCommands(r *rand.Rand, n int) []Command {
 		case KindAcquire:
 			op = &Acquire{Session: u(), Path: str(), Mode: api.LockMode(r.IntN(256))}
 		case KindRelease:
-			op = &Release{Session: u(), Path: str(), Generation: u()}
+			op = &Release{Session: u(), Path: str(), Generation: u(), Then: grants()}
 		case KindCreateTenant:
 			op = &CreateTenant{Name: str(), Quota: quota(), ACL: acl()}
 		case KindUpdateTenant:
@@ -243,6 +250,16 @@ func TestCommandTablesMatchStructTags(t *testing.T) {
 	for i, k := range keys {
 		if tag := wt.Field(i).Tag.Get("msgpack"); tag != k {
 			t.Errorf("envelope field %d: key %q, struct tag %q", i, k, tag)
+		}
+	}
+	gt := reflect.TypeFor[Grant]()
+	gkeys := []string{keyGrantCaller, keyGrantSession, keyGrantPath, keyGrantMode}
+	if gt.NumField() != grantKeys || len(gkeys) != grantKeys {
+		t.Errorf("Grant has %d fields, the codec writes %d", gt.NumField(), grantKeys)
+	}
+	for i, k := range gkeys {
+		if tag := gt.Field(i).Tag.Get("msgpack"); tag != k {
+			t.Errorf("grant field %d: key %q, struct tag %q", i, k, tag)
 		}
 	}
 	ct := reflect.TypeFor[Caller]()

@@ -99,15 +99,23 @@ type CreateSession struct{}
 // (no lock-delay) and its ephemeral nodes deleted, in the same slot. Caller:
 // the session's principal or the administrator. Reply: *SessionEnded.
 // Errors: SessionExpired (no such session), PermissionDenied.
+//
+// Then hands the freed locks over to their next holders in the same slot
+// (see Grant), as ExpireSession.Then does.
 type CloseSession struct {
-	Session uint64 `msgpack:"s"`
+	Session uint64  `msgpack:"s"`
+	Then    []Grant `msgpack:"h,omitempty"`
 }
 
 // ExpireSession ends a session whose lease ran out, as decided by the
 // master: like CloseSession, but every lock freed this way enters its
 // lock-delay. Caller: the administrator (the cell). Reply: *SessionEnded.
+//
+// Then hands the freed locks over to their next holders in the same slot
+// (see Grant): each is tried, in order, once the session has ended.
 type ExpireSession struct {
-	Session uint64 `msgpack:"s"`
+	Session uint64  `msgpack:"s"`
+	Then    []Grant `msgpack:"h,omitempty"`
 }
 
 // OpenNode opens, and optionally creates, a node. Reply: *Opened.
@@ -179,10 +187,34 @@ type Acquire struct {
 // does not hold the lock gets FailedPrecondition if its caller may read the
 // node, else PermissionDenied (the refusal does not reveal that the node
 // exists). Reply: *Released.
+//
+// Then, if not empty, is at most one Grant of the same Path: the lock's
+// next holder, tried in the same slot once the release has freed the lock
+// (InvalidArgument otherwise, and nothing changes).
 type Release struct {
-	Session    uint64 `msgpack:"s"`
-	Path       string `msgpack:"p"`
-	Generation uint64 `msgpack:"g"`
+	Session    uint64  `msgpack:"s"`
+	Path       string  `msgpack:"p"`
+	Generation uint64  `msgpack:"g"`
+	Then       []Grant `msgpack:"h,omitempty"`
+}
+
+// Grant is an Acquire that rides on the command that frees its lock
+// (Release.Then, CloseSession.Then, ExpireSession.Then), so that a contended lock passes from
+// its holder to the head of its queue in one Paxos slot instead of two.
+//
+// It is applied after the command's own operation succeeded, and only if
+// that operation freed the lock at Path (the lock went from held to free
+// and its node still exists): then it is exactly the Acquire{Session, Path,
+// Mode} that Caller would have proposed next, checked and applied as one
+// (ACL, session, lock-delay, quota), at the same time, with a generation
+// greater than any before. Otherwise it is not tried and changes nothing.
+// Its outcome is reported in Result.Handed, never in the command's Err:
+// the freeing stands whether or not the grant succeeds.
+type Grant struct {
+	Caller  Caller       `msgpack:"c"`
+	Session uint64       `msgpack:"s"`
+	Path    string       `msgpack:"p"`
+	Mode    api.LockMode `msgpack:"m"`
 }
 
 // CreateTenant creates a tenant and its root directory "/<Name>" with the

@@ -27,6 +27,8 @@ func seedCommands(t testing.TB) [][]byte {
 		{Time: 9, Caller: alice, Op: &SetACL{Path: "/a/f", ACL: acl, IfGeneration: 1}},
 		{Time: 10, Caller: alice, Op: &Acquire{Session: 1, Path: "/a/f", Mode: api.LockShared}},
 		{Time: 11, Caller: alice, Op: &Release{Session: 1, Path: "/a/f", Generation: 1}},
+		{Time: 12, Caller: alice, Op: &Release{Session: 1, Path: "/a/f", Generation: 1, Then: []Grant{{Caller: alice, Session: 2, Path: "/a/f", Mode: api.LockExclusive}}}},
+		{Time: 13, Caller: admin, Op: &ExpireSession{Session: 1, Then: []Grant{{Caller: alice, Session: 2, Path: "/a/f", Mode: api.LockShared}}}},
 	}
 	var out [][]byte
 	for _, c := range ops {

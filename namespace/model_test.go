@@ -263,6 +263,34 @@ func (m *model) apply(cmd Command) Result {
 	}
 	m.clock = cmd.Time
 	res.Reply = reply
+	var grants []Grant
+	switch op := cmd.Op.(type) {
+	case *Release:
+		grants = op.Then
+	case *CloseSession:
+		grants = op.Then
+	case *ExpireSession:
+		grants = op.Then
+	}
+	if len(grants) > 0 {
+		// Each grant whose lock this command freed (and did not delete) is
+		// the Acquire its caller would have sent, at this command's time;
+		// one that takes its lock leaves the lock out of Freed.
+		res.Handed = make([]Handed, len(grants))
+		for i, g := range grants {
+			j := slices.IndexFunc(res.Freed, func(f FreedLock) bool { return f.Path == g.Path && !f.NodeDeleted })
+			if j < 0 {
+				continue
+			}
+			sub := m.apply(Command{Time: cmd.Time, Caller: g.Caller, Op: &Acquire{Session: g.Session, Path: g.Path, Mode: g.Mode}})
+			res.Handed[i] = Handed{Tried: true, Err: sub.Err}
+			if sub.Err == nil {
+				res.Handed[i].Reply = sub.Reply.(*Granted)
+				res.Changes = append(res.Changes, sub.Changes...)
+				res.Freed = slices.Delete(res.Freed, j, j+1)
+			}
+		}
+	}
 	return res
 }
 
@@ -596,6 +624,9 @@ func (m *model) release(cmd Command, res *Result, op *Release) (Reply, *api.Erro
 	}
 	if op.Generation != n.lockGen {
 		return nil, mErr(api.FailedPrecondition)
+	}
+	if len(op.Then) > 1 || len(op.Then) == 1 && op.Then[0].Path != p {
+		return nil, mErr(api.InvalidArgument)
 	}
 	n.holders = slices.DeleteFunc(n.holders, func(h uint64) bool { return h == op.Session })
 	freed := len(n.holders) == 0

@@ -128,6 +128,21 @@ func (g *gen) liveSession() (uint64, Caller, bool) {
 	return id, Caller{Tenant: s.tenant, Principal: s.principal}, true
 }
 
+// grant returns a grant of path for a random, mostly live, session, as
+// the master attaches for the head waiter of the lock's queue.
+func (g *gen) grant(path string) Grant {
+	c := g.caller()
+	sid := g.sid(c)
+	if id, owner, ok := g.liveSession(); ok && g.r.IntN(4) != 0 {
+		sid, c = id, owner
+	}
+	mode := []api.LockMode{api.LockExclusive, api.LockShared}[g.r.IntN(2)]
+	if g.r.IntN(30) == 0 {
+		mode = 7
+	}
+	return Grant{Caller: c, Session: sid, Path: path, Mode: mode}
+}
+
 // heldLock returns a random lock some live session holds.
 func (g *gen) heldLock() (uint64, string, bool) {
 	var paths []string
@@ -221,7 +236,13 @@ func (g *gen) command() Command {
 		if id, owner, ok := g.liveSession(); ok && g.r.IntN(5) != 0 {
 			sid, cmd.Caller = id, owner
 		}
-		cmd.Op = &CloseSession{Session: sid}
+		op := &CloseSession{Session: sid}
+		if g.r.IntN(2) == 0 {
+			for _, p := range g.m.sortedPaths(func(_ string, n *mNode) bool { return slices.Contains(n.holders, sid) }) {
+				op.Then = append(op.Then, g.grant(p))
+			}
+		}
+		cmd.Op = op
 	case k < 17:
 		sid := g.sid(c)
 		if id, _, ok := g.liveSession(); ok && g.r.IntN(5) != 0 {
@@ -230,7 +251,20 @@ func (g *gen) command() Command {
 		if g.r.IntN(8) != 0 {
 			cmd.Caller = admin
 		}
-		cmd.Op = &ExpireSession{Session: sid}
+		op := &ExpireSession{Session: sid}
+		if g.r.IntN(2) == 0 {
+			// Hand the session's locks (and now and then another path)
+			// over to waiters, as the master does.
+			for _, p := range g.m.sortedPaths(func(_ string, n *mNode) bool { return slices.Contains(n.holders, sid) }) {
+				if g.r.IntN(4) != 0 {
+					op.Then = append(op.Then, g.grant(p))
+				}
+			}
+			if g.r.IntN(6) == 0 {
+				op.Then = append(op.Then, g.grant(g.existing(g.caller(), true)))
+			}
+		}
+		cmd.Op = op
 	case k < 42:
 		if id, owner, ok := g.liveSession(); ok && g.r.IntN(3) != 0 {
 			c, cmd.Caller = owner, owner
@@ -289,7 +323,18 @@ func (g *gen) command() Command {
 		} else {
 			gen = uint64(g.r.IntN(5))
 		}
-		cmd.Op = &Release{Session: sid, Path: p, Generation: gen}
+		op := &Release{Session: sid, Path: p, Generation: gen}
+		switch g.r.IntN(6) {
+		case 0, 1, 2:
+			op.Then = []Grant{g.grant(p)}
+		case 3:
+			if g.r.IntN(4) == 0 {
+				op.Then = []Grant{g.grant(g.existing(g.caller(), true))}
+			} else if g.r.IntN(4) == 0 {
+				op.Then = []Grant{g.grant(p), g.grant(p)}
+			}
+		}
+		cmd.Op = op
 	}
 	if g.r.IntN(200) == 0 {
 		cmd.Time = -1
@@ -310,11 +355,22 @@ func sameResult(got, want Result) string {
 		if want.Err.Code == api.ResourceExhausted && got.Err.Msg != want.Err.Msg {
 			return fmt.Sprintf("quota message %q, want %q", got.Err.Msg, want.Err.Msg)
 		}
-		if got.Reply != nil || got.Changes != nil || got.Freed != nil {
+		if got.Reply != nil || got.Changes != nil || got.Freed != nil || got.Handed != nil {
 			return "failed command reported effects"
 		}
 		return ""
 	}
+	if len(got.Handed) != len(want.Handed) {
+		return fmt.Sprintf("store handed %d grants, model %d", len(got.Handed), len(want.Handed))
+	}
+	for i, h := range got.Handed {
+		w := want.Handed[i]
+		if h.Tried != w.Tried || !reflect.DeepEqual(h.Reply, w.Reply) || (h.Err == nil) != (w.Err == nil) ||
+			h.Err != nil && (h.Err.Code != w.Err.Code || h.Err.Until != w.Err.Until) {
+			return fmt.Sprintf("grant %d: store %+v (err %v), model %+v (err %v)", i, h, h.Err, w, w.Err)
+		}
+	}
+	got.Handed, want.Handed = nil, nil
 	if !reflect.DeepEqual(got, want) {
 		return fmt.Sprintf("store %s\nmodel %s", dumpResult(got), dumpResult(want))
 	}
@@ -322,12 +378,17 @@ func sameResult(got, want Result) string {
 }
 
 func dumpResult(r Result) string {
-	return fmt.Sprintf("reply=%+v changes=%+v freed=%+v", r.Reply, r.Changes, r.Freed)
+	return fmt.Sprintf("reply=%+v changes=%+v freed=%+v handed=%+v", r.Reply, r.Changes, r.Freed, r.Handed)
 }
 
 func describe(c Command) string {
 	return fmt.Sprintf("t=%d %+v %s%+v", c.Time, c.Caller, c.Op.Kind(), c.Op)
 }
+
+// modelHanded counts the grants (Release.Then, ExpireSession.Then) the
+// model-based test saw tried and succeed, so that TestModel can insist it
+// judged hand-overs at all.
+var modelHanded struct{ tried, granted int }
 
 // runModelSeq runs one random sequence of slots against a fresh store and a
 // fresh model and compares everything. It returns the store for further
@@ -380,6 +441,14 @@ func runModelSeq(t *testing.T, seed uint64, slots int) *env {
 			}
 			if d := sameResult(got[j], want); d != "" {
 				fail("slot %d command %d (%s): %s", e.slot, j, describe(c), d)
+			}
+			for _, h := range got[j].Handed {
+				if h.Tried {
+					modelHanded.tried++
+				}
+				if h.Reply != nil {
+					modelHanded.granted++
+				}
 			}
 		}
 		if i%25 == 24 || i == slots-1 {
@@ -747,7 +816,13 @@ func TestModel(t *testing.T) {
 	if seed == 0 {
 		seed = 1
 	}
+	modelHanded.tried, modelHanded.granted = 0, 0
 	for i := 0; i < seqs; i++ {
 		runModelSeq(t, seed+uint64(i), 30).close()
+	}
+	// Floors: the random sequences handed locks over, both ways.
+	t.Logf("grants tried %d, granted %d", modelHanded.tried, modelHanded.granted)
+	if modelHanded.tried < seqs/10 || modelHanded.granted < seqs/20 || modelHanded.tried == modelHanded.granted {
+		t.Errorf("only %d grants tried and %d granted in %d sequences", modelHanded.tried, modelHanded.granted, seqs)
 	}
 }

@@ -287,6 +287,29 @@ func (s *Store) ListSessions(c Caller, tenant string) ([]api.SessionInfo, error)
 	return out, err
 }
 
+// HeldLocks returns the paths of the locks session sid holds, in path
+// order (none for a session that does not exist). Only the administrator
+// may ask: the master uses it to hand an expiring session's locks over
+// in the same command (ExpireSession.Then).
+func (s *Store) HeldLocks(c Caller, sid uint64) ([]string, error) {
+	var out []string
+	err := s.reading(func(v *view) error {
+		admin, aerr, err := v.checkCaller(c)
+		if aerr != nil || err != nil {
+			return errOr(aerr, err)
+		}
+		if !admin {
+			return api.Errorf(api.PermissionDenied, "only the administrator may list a session's locks")
+		}
+		prefix := sessionPrefix(tagHeld, sid)
+		return v.scan(prefix, nil, func(k, _ []byte) (bool, error) {
+			out = append(out, string(k[len(prefix):]))
+			return true, nil
+		})
+	})
+	return out, err
+}
+
 // ListLocks returns the held locks on tenant's nodes in path order. Access
 // as for ListSessions, without the "" form.
 func (s *Store) ListLocks(c Caller, tenant string) ([]api.LockInfo, error) {

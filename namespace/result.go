@@ -18,8 +18,23 @@ type Result struct {
 	Changes []NodeChange
 	// Freed lists locks that went from held to free (by release, session end
 	// or deletion of the node), in the order freed, so the master can wake
-	// waiters.
+	// waiters. A lock that one of the command's grants took again in the
+	// same command is not listed: it did not end free.
 	Freed []FreedLock
+	// Handed holds the outcomes of the command's grants (Release.Then,
+	// CloseSession.Then, ExpireSession.Then), one per grant in order, when the command
+	// succeeded; nil when it failed (no grant was tried). The grants'
+	// changes are part of Changes.
+	Handed []Handed
+}
+
+// Handed is the outcome of one Grant. If Tried is false the grant's lock
+// was not freed by its command and nothing was tried; otherwise exactly
+// one of Reply and Err is set, as for the Acquire it stands for.
+type Handed struct {
+	Tried bool
+	Reply *Granted
+	Err   *api.Error
 }
 
 // Reply is a successful command's reply: *SessionCreated, *SessionEnded,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -16,6 +17,9 @@ import (
 // "pids" lists members, "start-member N" restarts one.
 type scriptCluster struct {
 	script string
+	// replicas is the number of members; the script is told it in
+	// BENCH_REPLICAS.
+	replicas int
 	// leader finds the leading member (1-based).
 	leader func(ctx context.Context) (int, error)
 	// healthy reports whether every member serves and one leads.
@@ -26,11 +30,40 @@ type scriptCluster struct {
 func (c *scriptCluster) run(ctx context.Context, args ...string) (string, error) {
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, c.script, args...)
+	cmd.Env = append(os.Environ(), "BENCH_REPLICAS="+strconv.Itoa(c.replicas))
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("peers: %s %s: %w: %s", c.script, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
 	return out.String(), nil
+}
+
+// start starts a fresh cluster ("start") and returns the function that
+// stops it ("stop"), which is safe to call whatever start returned.
+func (c *scriptCluster) start(ctx context.Context) (stop func(), err error) {
+	stop = func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = c.run(sctx, "stop")
+	}
+	if _, err := c.run(ctx, "start"); err != nil {
+		return stop, err
+	}
+	return stop, nil
+}
+
+// endpoints returns the client endpoints of the cluster the script runs
+// ("endpoints"), one per member.
+func (c *scriptCluster) endpoints(ctx context.Context) ([]string, error) {
+	out, err := c.run(ctx, "endpoints")
+	if err != nil {
+		return nil, err
+	}
+	eps := strings.Split(strings.TrimSpace(out), ",")
+	if len(eps) != c.replicas {
+		return nil, fmt.Errorf("peers: %s endpoints gave %d endpoints %q for %d members", c.script, len(eps), out, c.replicas)
+	}
+	return eps, nil
 }
 
 // members returns member → pid of the running members.
@@ -63,7 +96,7 @@ func (c *scriptCluster) PIDs() []int {
 		return nil
 	}
 	var out []int
-	for id := 1; id <= 5; id++ {
+	for id := 1; id <= c.replicas; id++ {
 		if pid, ok := m[id]; ok {
 			out = append(out, pid)
 		}
@@ -104,8 +137,8 @@ func (c *scriptCluster) Restart(ctx context.Context, member int) error {
 func (c *scriptCluster) Healthy(ctx context.Context) error {
 	for {
 		m, err := c.members(ctx)
-		if err == nil && len(m) < 5 {
-			err = fmt.Errorf("peers: %d of 5 members running", len(m))
+		if err == nil && len(m) < c.replicas {
+			err = fmt.Errorf("peers: %d of %d members running", len(m), c.replicas)
 		}
 		if err == nil {
 			err = c.healthy(ctx)

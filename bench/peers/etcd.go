@@ -24,8 +24,9 @@ import (
 const sessionsPerEtcdClient = 100
 
 // EtcdFactory is the etcd DriverFactory. Flags: --etcd-script (the
-// cluster script), --etcd-start (start a fresh cluster, stop it after),
-// --etcd-endpoints, --etcd-ttl (session TTL).
+// cluster script), --etcd-start (start a fresh cluster of --replicas
+// members, stop it after), --etcd-endpoints (of a cluster it does not
+// start; one it starts gives its own), --etcd-ttl (session TTL).
 func EtcdFactory() bench.DriverFactory {
 	var script, endpoints string
 	var start bool
@@ -33,30 +34,28 @@ func EtcdFactory() bench.DriverFactory {
 	return bench.DriverFactory{
 		Name: "etcd",
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&script, "etcd-script", "bench/scripts/etcd-cluster.sh", "script that runs the five-node etcd cluster")
+			fs.StringVar(&script, "etcd-script", "bench/scripts/etcd-cluster.sh", "script that runs the etcd cluster (of --replicas members)")
 			fs.BoolVar(&start, "etcd-start", true, "start a fresh etcd cluster with the script (and stop it after)")
-			fs.StringVar(&endpoints, "etcd-endpoints", "127.0.0.1:23790,127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793,127.0.0.1:23794", "etcd client endpoints")
+			fs.StringVar(&endpoints, "etcd-endpoints", "127.0.0.1:23790,127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793,127.0.0.1:23794", "etcd client endpoints of a cluster not started here (--etcd-start=false)")
 			fs.DurationVar(&ttl, "etcd-ttl", 12*time.Second, "session (lease) TTL, as lockcell's 12 s session lease")
 		},
-		Open: func(ctx context.Context, log *slog.Logger) (bench.Driver, func(), error) {
-			eps := strings.Split(endpoints, ",")
-			d := &EtcdDriver{endpoints: eps, ttl: int(ttl / time.Second)}
+		Open: func(ctx context.Context, log *slog.Logger, oc bench.OpenConfig) (bench.Driver, func(), error) {
+			d := &EtcdDriver{endpoints: strings.Split(endpoints, ","), ttl: int(ttl / time.Second)}
 			if d.ttl < 1 {
 				return nil, func() {}, fmt.Errorf("%w: --etcd-ttl %v", bench.ErrInvalidConfig, ttl)
 			}
-			d.cluster = &scriptCluster{script: script, leader: d.leader, healthy: d.healthy}
+			d.cluster = &scriptCluster{script: script, replicas: oc.Replicas, leader: d.leader, healthy: d.healthy}
 			stop := func() {}
 			if start {
-				if _, err := d.cluster.run(ctx, "start"); err != nil {
-					return nil, func() {}, err
+				var err error
+				if stop, err = d.cluster.start(ctx); err != nil {
+					return nil, stop, err
 				}
-				stop = func() {
-					sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					defer cancel()
-					_, _ = d.cluster.run(sctx, "stop")
+				if d.endpoints, err = d.cluster.endpoints(ctx); err != nil {
+					return nil, stop, err
 				}
 			}
-			log.Info("etcd cluster", "endpoints", eps, "pids", d.cluster.PIDs())
+			log.Info("etcd cluster", "endpoints", d.endpoints, "pids", d.cluster.PIDs())
 			return d, func() { _ = d.Close(); stop() }, nil
 		},
 	}

@@ -20,8 +20,9 @@ import (
 )
 
 // ZooKeeperFactory is the ZooKeeper DriverFactory. Flags: --zk-script (the
-// cluster script), --zk-start (start a fresh ensemble, stop it after),
-// --zk-servers, --zk-session-timeout.
+// cluster script), --zk-start (start a fresh ensemble of --replicas
+// servers, stop it after), --zk-servers (of an ensemble it does not
+// start; one it starts gives its own), --zk-session-timeout.
 func ZooKeeperFactory() bench.DriverFactory {
 	var script, servers string
 	var start bool
@@ -29,23 +30,22 @@ func ZooKeeperFactory() bench.DriverFactory {
 	return bench.DriverFactory{
 		Name: "zookeeper",
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&script, "zk-script", "bench/scripts/zk-cluster.sh", "script that runs the five-server ZooKeeper ensemble")
+			fs.StringVar(&script, "zk-script", "bench/scripts/zk-cluster.sh", "script that runs the ZooKeeper ensemble (of --replicas servers)")
 			fs.BoolVar(&start, "zk-start", true, "start a fresh ensemble with the script (and stop it after)")
-			fs.StringVar(&servers, "zk-servers", "127.0.0.1:21810,127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813,127.0.0.1:21814", "ZooKeeper client endpoints")
+			fs.StringVar(&servers, "zk-servers", "127.0.0.1:21810,127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813,127.0.0.1:21814", "ZooKeeper client endpoints of an ensemble not started here (--zk-start=false)")
 			fs.DurationVar(&timeout, "zk-session-timeout", 12*time.Second, "session timeout, as lockcell's 12 s session lease")
 		},
-		Open: func(ctx context.Context, log *slog.Logger) (bench.Driver, func(), error) {
+		Open: func(ctx context.Context, log *slog.Logger, oc bench.OpenConfig) (bench.Driver, func(), error) {
 			d := &ZooKeeperDriver{servers: strings.Split(servers, ","), timeout: timeout, log: log}
-			d.cluster = &scriptCluster{script: script, leader: d.leader, healthy: d.healthy}
+			d.cluster = &scriptCluster{script: script, replicas: oc.Replicas, leader: d.leader, healthy: d.healthy}
 			stop := func() {}
 			if start {
-				if _, err := d.cluster.run(ctx, "start"); err != nil {
-					return nil, func() {}, err
+				var err error
+				if stop, err = d.cluster.start(ctx); err != nil {
+					return nil, stop, err
 				}
-				stop = func() {
-					sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					defer cancel()
-					_, _ = d.cluster.run(sctx, "stop")
+				if d.servers, err = d.cluster.endpoints(ctx); err != nil {
+					return nil, stop, err
 				}
 			}
 			log.Info("zookeeper ensemble", "servers", d.servers, "pids", d.cluster.PIDs())

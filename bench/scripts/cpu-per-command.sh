@@ -38,8 +38,31 @@ perop() {
 
 perop transport.test 'BenchmarkRPC$' 500 2000 "one RPC, both ends"
 perop namespace.test 'BenchmarkApplyAcquireRelease$' 20 100 "200 commands applied on one replica"
+# A contended lock's hand-over as one replica applies it: before, in two
+# slots (the Release, then the waiter's Acquire); now, one slot (the
+# Release carries the waiter's grant).
+perop namespace.test 'BenchmarkApplyHandOver/two-slots$' 200 1000 "one hand-over in two slots, one replica"
+perop namespace.test 'BenchmarkApplyHandOver/one-slot$' 200 1000 "one hand-over in one slot, one replica"
 # The whole cell (five replicas, QUIC, fsync) under callgrind is 50-100x
 # slower than native: with the default 1 s master lease no master is elected
 # within the benchmark's minute. Its CPU per pair is BenchmarkAcquireRelease's
 # cpu-ms/op (getrusage), on a quiet machine.
+#
+# A cell on synctest's clock does not care: TestHandOverCost runs three
+# replicas (simulated network, real Pebble) passing one lock between three
+# sessions, -cell.handovers times. GOGC=off keeps the collector's timing
+# out of the difference.
+cellcount() {
+	GOGC=off GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg.cell.$1.$2" \
+		"$out/cell.test" -test.run='^TestHandOverCost$' -test.v -cell.handovers="$2" $3 \
+		>"$out/log.cell.$1.$2" 2>&1 || { echo "run failed: see $out/log.cell.$1.$2" >&2; return 1; }
+	sed -n 's/^==[0-9]*== Collected : //p' "$out/log.cell.$1.$2"
+}
+for mode in one-round two-rounds; do
+	flag=""
+	[ "$mode" = two-rounds ] && flag=-cell.two-rounds
+	i1=$(cellcount "$mode" 20 "$flag")
+	i2=$(cellcount "$mode" 60 "$flag")
+	echo "TestHandOverCost ($mode): $(( (i2 - i1) / 40 )) instructions per hand-over (three replicas and the clients)"
+done
 echo "callgrind outputs in $out (callgrind_annotate FILE for the top items)"

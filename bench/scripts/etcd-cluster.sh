@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Five-node etcd cluster on loopback, default durability (WAL fsync on every
-# commit), one process per member, stopped by PID.
+# etcd cluster on loopback (five members unless BENCH_REPLICAS says), default
+# durability (WAL fsync on every commit), one process per member, stopped by
+# PID.
 #
-#   etcd-cluster.sh start            start members 1..5 with fresh data
+#   etcd-cluster.sh start            start members 1..N with fresh data
 #   etcd-cluster.sh stop             stop every member (SIGTERM, then SIGKILL)
 #   etcd-cluster.sh start-member N   start member N again on its data (after a kill)
 #   etcd-cluster.sh endpoints        print the client endpoints, comma-separated
@@ -11,9 +12,21 @@
 # Member N listens for clients on 127.0.0.1:(23789+N) and peers on
 # 127.0.0.1:(23799+N). State lives under $ETCD_BENCH_DIR
 # (default /tmp/lockcell-bench/etcd).
+# The cluster has $BENCH_REPLICAS members (3, 5 or 7; default 5), fixed by
+# "start": the other commands use the number it recorded in the state
+# directory.
 set -euo pipefail
 DIR=${ETCD_BENCH_DIR:-/tmp/lockcell-bench/etcd}
-N=5
+if [ "${1:-}" != start ] && [ -f "$DIR/replicas" ]; then
+	N=$(cat "$DIR/replicas")
+else
+	N=${BENCH_REPLICAS:-5}
+fi
+case "$N" in 3 | 5 | 7) ;; *)
+	echo "etcd-cluster.sh: BENCH_REPLICAS=$N: want 3, 5 or 7" >&2
+	exit 2
+	;;
+esac
 ETCD=${ETCD:-etcd}
 
 client_port() { echo $((23789 + $1)); }
@@ -57,14 +70,16 @@ wait_up() {
 	done
 }
 
+# stop_all stops members 1..7 (the most a start makes), whatever the
+# size of the cluster that runs now.
 stop_all() {
 	local i pid
-	for i in $(seq 1 $N); do
+	for i in $(seq 1 7); do
 		[ -f "$DIR/m$i.pid" ] || continue
 		pid=$(cat "$DIR/m$i.pid")
 		kill -TERM "$pid" 2>/dev/null || true
 	done
-	for i in $(seq 1 $N); do
+	for i in $(seq 1 7); do
 		[ -f "$DIR/m$i.pid" ] || continue
 		pid=$(cat "$DIR/m$i.pid")
 		for _ in $(seq 1 50); do
@@ -81,9 +96,10 @@ start)
 	stop_all
 	rm -rf "$DIR"
 	mkdir -p "$DIR"
+	echo "$N" >"$DIR/replicas"
 	for i in $(seq 1 $N); do start_member "$i" new; done
 	wait_up
-	echo "etcd: 5 members up: $("$0" endpoints)"
+	echo "etcd: $N members up: $("$0" endpoints)"
 	;;
 start-member)
 	start_member "${2:?member number}" existing
@@ -102,7 +118,7 @@ pids)
 	done
 	;;
 *)
-	sed -n '2,14p' "$0" >&2
+	sed -n '2,18p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Five-node ZooKeeper ensemble on loopback from the distribution's package,
-# default durability (forceSync=yes: the transaction log is fsynced before a
-# write is acknowledged), one JVM per server, stopped by PID.
+# ZooKeeper ensemble on loopback (five servers unless BENCH_REPLICAS says)
+# from the distribution's package, default durability (forceSync=yes: the
+# transaction log is fsynced before a write is acknowledged), one JVM per
+# server, stopped by PID.
 #
-#   zk-cluster.sh start            start servers 1..5 with fresh data
+#   zk-cluster.sh start            start servers 1..N with fresh data
 #   zk-cluster.sh stop             stop every server (SIGTERM, then SIGKILL)
 #   zk-cluster.sh start-member N   start server N again on its data (after a kill)
 #   zk-cluster.sh endpoints        print the client endpoints, comma-separated
@@ -16,9 +17,21 @@
 # cap (every benchmark client comes from 127.0.0.1), and the srvr/mntr
 # four-letter words. State lives under $ZK_BENCH_DIR (default
 # /tmp/lockcell-bench/zk).
+# The cluster has $BENCH_REPLICAS members (3, 5 or 7; default 5), fixed by
+# "start": the other commands use the number it recorded in the state
+# directory.
 set -euo pipefail
 DIR=${ZK_BENCH_DIR:-/tmp/lockcell-bench/zk}
-N=5
+if [ "${1:-}" != start ] && [ -f "$DIR/replicas" ]; then
+	N=$(cat "$DIR/replicas")
+else
+	N=${BENCH_REPLICAS:-5}
+fi
+case "$N" in 3 | 5 | 7) ;; *)
+	echo "zk-cluster.sh: BENCH_REPLICAS=$N: want 3, 5 or 7" >&2
+	exit 2
+	;;
+esac
 JAVA=${JAVA:-java}
 CP="/usr/share/java/zookeeper.jar"
 HEAP=${ZK_HEAP:-512m}
@@ -73,13 +86,15 @@ wait_up() {
 	done
 }
 
+# stop_all stops members 1..7 (the most a start makes), whatever the
+# size of the cluster that runs now.
 stop_all() {
 	local i pid
-	for i in $(seq 1 $N); do
+	for i in $(seq 1 7); do
 		[ -f "$DIR/s$i.pid" ] || continue
 		kill -TERM "$(cat "$DIR/s$i.pid")" 2>/dev/null || true
 	done
-	for i in $(seq 1 $N); do
+	for i in $(seq 1 7); do
 		[ -f "$DIR/s$i.pid" ] || continue
 		pid=$(cat "$DIR/s$i.pid")
 		for _ in $(seq 1 50); do
@@ -95,10 +110,12 @@ case "${1:-}" in
 start)
 	stop_all
 	rm -rf "$DIR"
+	mkdir -p "$DIR"
+	echo "$N" >"$DIR/replicas"
 	for i in $(seq 1 $N); do write_config "$i"; done
 	for i in $(seq 1 $N); do start_member "$i"; done
 	wait_up
-	echo "zookeeper: 5 servers up: $("$0" endpoints)"
+	echo "zookeeper: $N servers up: $("$0" endpoints)"
 	;;
 start-member)
 	start_member "${2:?server number}"
@@ -117,7 +134,7 @@ pids)
 	done
 	;;
 *)
-	sed -n '2,19p' "$0" >&2
+	sed -n '2,24p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -102,8 +102,12 @@ type Cell struct {
 	faults  *transport.Faults
 	addrs   map[uint64]string
 	ids     []uint64
-	// joined are the replicas started by Join (cell.Config.Join).
-	joined map[uint64]bool
+	// joined are the replicas started by Join (cell.Config.Join), each
+	// with the addresses it was given (the cell's replicas when it
+	// joined); the first replicas keep the first addresses, as their
+	// configuration files would.
+	joined map[uint64]map[uint64]string
+	first  map[uint64]string
 
 	mu struct {
 		sync.Mutex
@@ -142,7 +146,7 @@ func Start(t testing.TB, opts Options) *Cell {
 	c := &Cell{
 		t: t, opts: opts, dir: t.TempDir(), ca: ca, signing: signing,
 		net: &memnet.Network{Latency: opts.Latency}, faults: transport.NewFaults(opts.Seed), addrs: map[uint64]string{},
-		joined: map[uint64]bool{},
+		joined: map[uint64]map[uint64]string{},
 	}
 	c.mu.replicas = map[uint64]*cell.Replica{}
 	c.mu.paused = map[uint64]pause{}
@@ -153,6 +157,7 @@ func Start(t testing.TB, opts Options) *Cell {
 			t.Fatal(err)
 		}
 	}
+	c.first = maps.Clone(c.addrs)
 	t.Cleanup(c.Close)
 	for _, id := range c.ids {
 		if err := c.start(id); err != nil {
@@ -220,7 +225,7 @@ func (c *Cell) Config(id uint64) (cell.Config, error) {
 	cfg := cell.Config{
 		ID:          id,
 		Cell:        c.opts.Cell,
-		Replicas:    maps.Clone(c.addrs),
+		Replicas:    maps.Clone(c.first),
 		DataDir:     c.DataDir(id),
 		CA:          c.ca.Pool(),
 		Certificate: cert,
@@ -228,7 +233,9 @@ func (c *Cell) Config(id uint64) (cell.Config, error) {
 		ClockScale:  c.opts.ClockScale[id],
 		Faults:      c.faults,
 		Logger:      c.opts.Logger,
-		Join:        c.joined[id],
+	}
+	if addrs, ok := c.joined[id]; ok {
+		cfg.Replicas, cfg.Join = maps.Clone(addrs), true
 	}
 	if c.opts.Tune != nil {
 		c.opts.Tune(&cfg)
@@ -271,7 +278,7 @@ func (c *Cell) Join(id uint64) {
 	}
 	c.ids = append(c.ids, id)
 	c.addrs[id] = Addr(id)
-	c.joined[id] = true
+	c.joined[id] = maps.Clone(c.addrs)
 	if err := cell.InitDataDir(c.DataDir(id)); err != nil {
 		c.t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/client/operator"
@@ -46,6 +47,7 @@ func newLockWorld(t *testing.T, ctx context.Context, c *celltest.Cell, n int) *l
 	w := &lockWorld{t: t}
 	wctx, cancel := context.WithCancel(ctx)
 	w.cancel = cancel
+	t.Cleanup(func() { cancel(); w.wg.Wait() }) // a failed test leaves no loop behind
 	for i := range n {
 		s, err := c.Dial(ctx, c.ClientConfig("", fmt.Sprintf("member%d", i))).NewSession(ctx)
 		if err != nil {
@@ -123,9 +125,14 @@ func adminOp(t *testing.T, ctx context.Context, c *celltest.Cell) *operator.Oper
 	return operator.New(c.Dial(ctx, c.ClientConfig("_cell", "admin")))
 }
 
+// memberSnapshotEvery makes the replicas of the membership tests compact
+// their logs often, so that a new replica catches up by snapshot and a
+// restarted one finds its membership in a snapshot.
+const memberSnapshotEvery = 100
+
 func startMemberCell(t *testing.T) (*celltest.Cell, context.Context) {
 	t.Helper()
-	c := celltest.Start(t, celltest.Options{})
+	c := celltest.Start(t, celltest.Options{Tune: func(cfg *cell.Config) { cfg.SnapshotEvery = memberSnapshotEvery }})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	return c, ctx
@@ -343,5 +350,133 @@ func TestMemberChangeRefusals(t *testing.T) {
 			t.Fatalf("after a restart the master has voters %v at slot %d, want [1 2 3 4] at the removal's slot", st.Voters, st.MembershipSlot)
 		}
 		t.Logf("%d refusals judged", judged)
+	})
+}
+
+// TestReplaceReplicaResumes: a replace of replica 3 by 7 whose new replica
+// is not running yet stops, at its deadline, after adding 7 as a learner
+// (7 cannot catch up, so it is not promoted: the error says how far it
+// got). Once 7 runs, the same request continues: promote, remove 3, while
+// clients lock throughout. Then 7 restarts and comes back a voter with the
+// membership, which the snapshots carry.
+func TestReplaceReplicaResumes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx := startMemberCell(t)
+		op := adminOp(t, ctx, c)
+		w := newLockWorld(t, ctx, c, 3)
+		time.Sleep(300 * time.Millisecond)
+
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := op.ReplaceReplica(actx, 3, 7, celltest.Addr(7))
+		acancel()
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, api.ErrDeadlineExceeded) {
+			t.Fatalf("replace by a replica that is not running: %v, want the deadline", err)
+		}
+		t.Logf("interrupted: %v", err)
+		st := c.Master().Status()
+		if !slices.Equal(st.Learners, []uint64{7}) || !slices.Contains(st.Voters, 3) {
+			t.Fatalf("after the interrupted replace: voters %v learners %v, want 3 a voter and 7 a learner", st.Voters, st.Learners)
+		}
+
+		c.Join(7)
+		resp, err := op.ReplaceReplica(ctx, 3, 7, celltest.Addr(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("resumed: %v", resp.Steps)
+		wantMembers(t, resp, []uint64{1, 2, 4, 5, 7}, nil)
+		if len(resp.Steps) == 0 || !strings.HasPrefix(resp.Steps[0], "promote 7") || !strings.HasPrefix(resp.Steps[len(resp.Steps)-1], "remove 3") {
+			t.Fatalf("the resumed replace took steps %q, want promote 7 ... remove 3", resp.Steps)
+		}
+		if again, err := op.ReplaceReplica(ctx, 3, 7, celltest.Addr(7)); err != nil || len(again.Steps) != 0 {
+			t.Fatalf("repeated finished replace: %+v, %v; want no steps", again, err)
+		}
+		c.Crash(3)
+		// Past the next compaction, so that the entries that made the
+		// membership and gave 7's address are in no replica's log.
+		waitFor(t, 30*time.Second, "every replica compacts past the replace", func() bool {
+			for _, r := range c.Running() {
+				if r.Status().Compacted <= resp.Slot {
+					return false
+				}
+			}
+			return true
+		})
+
+		// Every replica restarts with the membership and the addresses it
+		// had, from its snapshot (the first replicas' configurations do not
+		// name 7).
+		for _, id := range []uint64{1, 2, 4, 5, 7} {
+			c.Crash(id)
+		}
+		for _, id := range []uint64{1, 2, 4, 5, 7} {
+			c.Restart(id)
+		}
+		if _, err := c.WaitMaster(ctx); err != nil {
+			t.Fatal(err)
+		}
+		admin := c.ClientConfig("_cell", "admin")
+		for _, id := range []uint64{1, 2, 4, 5, 7} {
+			st, err := operator.StatusOfReplica(ctx, admin, celltest.Addr(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, rs := range st.Replicas {
+				got = append(got, fmt.Sprintf("%d@%s", rs.ID, rs.Addr))
+			}
+			want := []string{"1@" + celltest.Addr(1), "2@" + celltest.Addr(2), "4@" + celltest.Addr(4), "5@" + celltest.Addr(5), "7@" + celltest.Addr(7)}
+			if !slices.Equal(got, want) || st.MembershipSlot != resp.Slot {
+				t.Fatalf("after a restart replica %d lists replicas %v at membership slot %d, want %v at %d", id, got, st.MembershipSlot, want, resp.Slot)
+			}
+		}
+		before := w.ops.Load()
+		waitFor(t, 30*time.Second, "the clients go on after the restart", func() bool { return w.ops.Load() > before+50 })
+		w.stop()
+	})
+}
+
+// TestRemoveMasterHandsOver: removing the master makes it hand over
+// first; the successor removes it. Sessions and their held locks survive
+// (the clients' loops never fail), and the old master, still running,
+// serves nobody and says it was removed.
+func TestRemoveMasterHandsOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx := startMemberCell(t)
+		op := adminOp(t, ctx, c)
+		w := newLockWorld(t, ctx, c, 3)
+		time.Sleep(300 * time.Millisecond)
+		m, err := c.WaitMaster(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := m.ID()
+		resp, err := op.RemoveReplica(ctx, old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("remove-replica %d (the master): %v", old, resp.Steps)
+		var want []uint64
+		for _, id := range c.IDs() {
+			if id != old {
+				want = append(want, id)
+			}
+		}
+		wantMembers(t, resp, want, nil)
+		if len(resp.Steps) != 1 || resp.Steps[0] != fmt.Sprintf("remove %d at slot %d", old, resp.Slot) {
+			t.Fatalf("steps %q, want one removal at slot %d", resp.Steps, resp.Slot)
+		}
+		waitFor(t, 10*time.Second, "the old master learns its removal", func() bool { return c.Replica(old).Status().Removed })
+		if st := c.Replica(old).Status(); st.Master {
+			t.Fatalf("the removed replica %d still serves as master", old)
+		}
+		before := w.ops.Load()
+		waitFor(t, 30*time.Second, "the clients go on", func() bool { return w.ops.Load() > max(before+50, memberOpsFloor) })
+		for _, r := range c.Masters() {
+			if r.ID() == old {
+				t.Fatalf("the removed replica %d serves", old)
+			}
+		}
+		w.stop()
 	})
 }

@@ -39,6 +39,12 @@ type fileConfig struct {
 	// PEM), the same file on every replica.
 	SigningKeyFile string `json:"signing_key_file"`
 	HTTPAddr       string `json:"http_addr,omitempty"`
+	// Join marks a replica that joined a running cell (lockcelld init
+	// --join) rather than one of its first replicas: it starts outside the
+	// membership and votes in nothing until the cell adds it
+	// (cell.Config.Join). Replicas then names it and the peers it reaches
+	// first.
+	Join bool `json:"join,omitempty"`
 	// Pprof serves the Go runtime's profiles at /debug/pprof/ on the HTTP
 	// listener, to the addresses in PprofAllow only (cell.Config.Pprof).
 	Pprof bool `json:"pprof,omitempty"`
@@ -203,6 +209,7 @@ func (fc *fileConfig) replicaConfig(file string, log *slog.Logger) (cell.Config,
 	if cfg.SigningKey, err = cell.LoadOrCreateSigningKey(rel(fc.SigningKeyFile)); err != nil {
 		return cfg, err
 	}
+	cfg.Join = fc.Join
 	cfg.FaultInjection = fc.FaultInjection
 	cfg.UnsafeNoFsync = fc.UnsafeNoFsync
 	cfg.Pprof = fc.Pprof
@@ -256,8 +263,32 @@ func cmdInit(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.tenant, "tenant", defaultTenant, "the first tenant: init writes its client certificate and settings (<tenant>.json)")
 	fs.StringVar(&o.principal, "principal", "user", "the principal the first tenant's certificate names")
 	fs.BoolVar(&o.faults, "fault-injection", false, "enable /debug/faults on the HTTP listeners (test cells only)")
+	joining := fs.Bool("join", false, "prepare ONE new replica that joins the running cell in --dir (its certificate, config and empty data directory); needs --id and --addr")
+	var jo joinOptions
+	fs.Uint64Var(&jo.id, "id", 0, "with --join: the new replica's ID, never used in this cell before")
+	fs.StringVar(&jo.addr, "addr", "", "with --join: the new replica's address host:port")
+	fs.StringVar(&jo.peers, "peers", "", "with --join: the cell's current replicas, ID=host:port,... as 'lockctl status' lists them (default: every replica the configs in --dir name)")
+	fs.StringVar(&jo.caKey, "ca-key", "", "with --join: the cell CA's private key (default --dir/certs/ca-key.pem)")
 	if code, stop := parseFlags(fs, args, stdout, stderr); stop {
 		return code
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *joining {
+		for _, name := range []string{"cell", "replicas", "tenant", "principal", "fault-injection"} {
+			if set[name] {
+				fmt.Fprintf(stderr, "lockcelld init: --%s does not go with --join: a joining replica takes it from the cell in --dir\n", name)
+				return exitUsage
+			}
+		}
+		jo.dir, jo.httpHost, jo.httpBase = o.dir, o.httpHost, o.httpBase
+		return cmdJoin(jo, stdout, stderr)
+	}
+	for _, name := range []string{"id", "addr", "peers", "ca-key"} {
+		if set[name] {
+			fmt.Fprintf(stderr, "lockcelld init: --%s goes with --join only\n", name)
+			return exitUsage
+		}
 	}
 	o.addrs = strings.Split(*addrs, ",")
 	if err := initCell(o); err != nil {
@@ -289,6 +320,35 @@ func printInitNext(w io.Writer, o initOptions) {
 	fmt.Fprintf(w, "  3. Create the first tenant: lockctl --config %s/admin.json tenant create %s\n", d, o.tenant)
 	fmt.Fprintf(w, "  4. Use it:                  lockctl --config %s/%s.json put /%s/hello world\n", d, o.tenant, o.tenant)
 	fmt.Fprintf(w, "     From Go: client.ReadConfigFile(%q), then its Config(false), then client.Dial.\n", filepath.Join(d, o.tenant+".json"))
+}
+
+// writeReplicaCert issues replica id's certificate from ca, valid for the
+// host of addr (host:port), and writes it and its key with write to
+// certs/replica-<id>.pem and certs/replica-<id>-key.pem.
+func writeReplicaCert(ca *certs.CA, write func(path string, b []byte) error, id uint64, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("replica address %q: %w", addr, err)
+	}
+	opts := certs.Options{}
+	if ip := net.ParseIP(host); ip != nil {
+		opts.IPAddresses = []net.IP{ip}
+	} else {
+		opts.DNSNames = []string{host}
+	}
+	c, err := ca.IssueReplica(id, opts)
+	if err != nil {
+		return err
+	}
+	certPEM, keyPEM, err := certs.EncodeKeyPair(c)
+	if err != nil {
+		return err
+	}
+	n := strconv.FormatUint(id, 10)
+	if err := write("certs/replica-"+n+".pem", certPEM); err != nil {
+		return err
+	}
+	return write("certs/replica-"+n+"-key.pem", keyPEM)
 }
 
 func initCell(o initOptions) error {
@@ -343,28 +403,10 @@ func initCell(o initOptions) error {
 	}
 	for i, a := range addrs {
 		id := uint64(i + 1)
-		host, _, _ := net.SplitHostPort(a)
-		opts := certs.Options{}
-		if ip := net.ParseIP(host); ip != nil {
-			opts.IPAddresses = []net.IP{ip}
-		} else {
-			opts.DNSNames = []string{host}
-		}
-		c, err := ca.IssueReplica(id, opts)
-		if err != nil {
-			return err
-		}
-		certPEM, keyPEM, err := certs.EncodeKeyPair(c)
-		if err != nil {
+		if err := writeReplicaCert(ca, write, id, a); err != nil {
 			return err
 		}
 		n := strconv.FormatUint(id, 10)
-		if err := write("certs/replica-"+n+".pem", certPEM); err != nil {
-			return err
-		}
-		if err := write("certs/replica-"+n+"-key.pem", keyPEM); err != nil {
-			return err
-		}
 		fc := fileConfig{
 			ID: id, Cell: name, Replicas: replicas, DataDir: "data/replica-" + n,
 			CAFile: "certs/ca.pem", CertFile: "certs/replica-" + n + ".pem", KeyFile: "certs/replica-" + n + "-key.pem",

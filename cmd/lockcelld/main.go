@@ -4,6 +4,8 @@
 //	lockcelld dev [flags]           run a whole five-replica cell in this process
 //	lockcelld dev --procs           the same as five serve processes (make run-procs)
 //	lockcelld init [flags]          write certificates and configs for a cell (in ./deploy)
+//	lockcelld init --join --id N --addr HOST:PORT
+//	                                prepare a new replica that joins the running cell in --dir
 //	lockcelld restore --from FILE   build a new cell's replica data directory from a backup
 //	lockcelld check --dir DIR       verify a replica's data directory offline
 //
@@ -72,6 +74,9 @@ Usage:
                                   with --procs, one process per replica (make run-procs)
   lockcelld init [flags]          write certificates, replica configs and new-member
                                   data directories for a new cell
+  lockcelld init --join --id N --addr HOST:PORT [--dir DIR]
+                                  prepare one new replica of the running cell in DIR:
+                                  its certificate, config and empty data directory
   lockcelld restore --from FILE --config FILE
                                   build a replica's data directory of a NEW cell from a
                                   backup (lockctl snapshot save); once per replica

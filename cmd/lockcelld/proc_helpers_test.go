@@ -116,16 +116,23 @@ func startProcCell(t *testing.T, n int) *procCell {
 // failed test are shown.
 func initProcCell(t *testing.T, name string, n int) *procCell {
 	t.Helper()
+	return initProcCellExtra(t, name, n, nil)
+}
+
+// initProcCellExtra is initProcCell with further keys in every replica's
+// config (proccell.Config.Extra).
+func initProcCellExtra(t *testing.T, name string, n int, extra map[string]any) *procCell {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pc, err := proccell.Init(ctx, proccell.Config{Binary: lockcelldBinary(t), Dir: filepath.Join(t.TempDir(), name), Name: name,
-		Replicas: n, FaultInjection: true, Knobs: proccell.Knobs{LogLevel: "info"}})
+		Replicas: n, FaultInjection: true, Knobs: proccell.Knobs{LogLevel: "info"}, Extra: extra})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &procCell{t: t, pc: pc, dir: pc.Dir(), n: n, httpc: &http.Client{Timeout: 2 * time.Second}}
 	t.Cleanup(func() {
-		for id := 1; id <= n; id++ {
+		for _, id := range c.ids() {
 			if run, _ := pc.Running(uint64(id)); run {
 				pc.Kill(uint64(id))
 				if t.Failed() {
@@ -133,8 +140,19 @@ func initProcCell(t *testing.T, name string, n int) *procCell {
 				}
 			}
 		}
+		pc.KillAll()
 	})
 	return c
+}
+
+// ids returns the cell's replicas (not retired), in id order: 1 to n and
+// those joined since.
+func (c *procCell) ids() []int {
+	var out []int
+	for _, id := range c.pc.IDs() {
+		out = append(out, int(id))
+	}
+	return out
 }
 
 // log returns what replica id has written to its log so far.
@@ -258,7 +276,7 @@ func (c *procCell) waitFor(what string, limit time.Duration, cond func() bool) {
 
 // master returns the replica that reports itself master, or 0.
 func (c *procCell) master() int {
-	for id := 1; id <= c.n; id++ {
+	for _, id := range c.ids() {
 		if !c.running(id) {
 			continue
 		}
@@ -280,7 +298,7 @@ func (c *procCell) waitMaster() int {
 // order.
 func (c *procCell) followers(master int) []int {
 	var out []int
-	for id := 1; id <= c.n; id++ {
+	for _, id := range c.ids() {
 		if c.running(id) && id != master {
 			out = append(out, id)
 		}
@@ -440,7 +458,7 @@ func (c *procCell) diverged() string {
 		id  int
 		sum api.Checksum
 	}{}
-	for id := 1; id <= c.n; id++ {
+	for _, id := range c.ids() {
 		if !c.running(id) {
 			continue
 		}
@@ -463,7 +481,7 @@ func (c *procCell) diverged() string {
 // slot and checksum.
 func (c *procCell) converged() bool {
 	var first *procStatus
-	for id := 1; id <= c.n; id++ {
+	for _, id := range c.ids() {
 		if !c.running(id) {
 			continue
 		}

@@ -143,10 +143,7 @@ func (c *procCell) rollWaitCaughtUp(ctx context.Context, id int) {
 	c.t.Helper()
 	ids := []int{id}
 	if id == 0 {
-		ids = ids[:0]
-		for i := 1; i <= c.n; i++ {
-			ids = append(ids, i)
-		}
+		ids = c.ids()
 	}
 	for _, id := range ids {
 		var code int

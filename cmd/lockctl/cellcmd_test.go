@@ -58,3 +58,40 @@ func TestCellStepDown(t *testing.T) {
 		}
 	}
 }
+
+// TestCellMembershipCommands: `lockctl cell remove-replica` removes a
+// replica and prints the steps and the membership; run again it has
+// nothing to do; the removed ID is refused by add-replica for good; bad
+// arguments are usage errors (exit 2) and a non-member a clear error.
+func TestCellMembershipCommands(t *testing.T) {
+	bin := buildLockctl(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	lc := startLocalCell(t, ctx, nil)
+	if _, err := lc.WaitMaster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string, string) {
+		return runLockctl(t, ctx, bin, lc.ClientFilePath(), 60*time.Second, append([]string{"cell"}, args...)...)
+	}
+	code, out, errs := run("remove-replica", "3")
+	if code != 0 || !strings.Contains(out, "remove 3 at slot ") || !strings.Contains(out, "replica 1  voter") ||
+		!strings.Contains(out, "replica 2  voter") || strings.Contains(out, "replica 3 ") {
+		t.Fatalf("cell remove-replica 3: exit %d, %q %q", code, out, errs)
+	}
+	t.Logf("remove-replica 3:\n%s", out)
+	if code, out, errs = run("remove-replica", "3"); code != 0 || !strings.Contains(out, "nothing to change") {
+		t.Fatalf("cell remove-replica 3 again: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, errs = run("add-replica", "3", "127.0.0.1:9"); code != 1 || !strings.Contains(errs, "never reused") {
+		t.Fatalf("cell add-replica of the removed ID 3: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, errs = run("remove-replica", "9"); code != 1 || !strings.Contains(errs, "not a member") {
+		t.Fatalf("cell remove-replica 9: exit %d, %q %q", code, out, errs)
+	}
+	for _, args := range [][]string{{"add-replica", "4"}, {"add-replica", "x", "127.0.0.1:9"}, {"remove-replica"}, {"replace-replica", "1", "127.0.0.1:9"}} {
+		if code, out, errs = run(args...); code != 2 {
+			t.Fatalf("cell %v: exit %d, want 2 (usage); %q %q", args, code, out, errs)
+		}
+	}
+}

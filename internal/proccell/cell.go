@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,15 +103,22 @@ func (k Knobs) validate(faults bool) error {
 }
 
 // Cell is a cell of `lockcelld serve` processes on loopback, one process
-// group per replica. Replica ids run from 1 to Config.Replicas.
+// group per replica. Init's replicas have ids 1 to Config.Replicas;
+// JoinReplica adds others, Retire takes one out for good.
 type Cell struct {
 	cfg   Config
 	log   *slog.Logger
 	httpc *http.Client
 	ca    *certs.CA
-	reps  []*replica // index id-1
 	// setRetry is how long SetFaultsRunning retries.
 	setRetry time.Duration
+
+	mu struct {
+		sync.Mutex
+		// reps are the replicas in the order they were written (Init's in
+		// id order, then JoinReplica's), retired ones included.
+		reps []*replica
+	}
 }
 
 type replica struct {
@@ -131,6 +139,8 @@ type replica struct {
 		// SIGCONT begins a new one.
 		incarnation int
 		knobs       Knobs
+		// retired: stopped for good by Retire; it never starts again.
+		retired bool
 	}
 }
 
@@ -222,7 +232,7 @@ func Init(ctx context.Context, cfg Config) (*Cell, error) {
 			return nil, fmt.Errorf("proccell: %s: %w", r.cfgPath, err)
 		}
 		r.mu.knobs = cfg.Knobs
-		c.reps = append(c.reps, r)
+		c.mu.reps = append(c.mu.reps, r)
 	}
 	return c, nil
 }
@@ -265,10 +275,27 @@ func ports(network string, base, n int) ([]int, error) {
 }
 
 func (c *Cell) rep(id uint64) (*replica, error) {
-	if id < 1 || id > uint64(len(c.reps)) {
-		return nil, fmt.Errorf("%w: no replica %d in a cell of %d", ErrInvalidConfig, id, len(c.reps))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.mu.reps {
+		if r.id == id {
+			return r, nil
+		}
 	}
-	return c.reps[id-1], nil
+	return nil, fmt.Errorf("%w: no replica %d in this cell", ErrInvalidConfig, id)
+}
+
+// replicas returns the replicas not retired, in the order they were
+// written.
+func (c *Cell) replicas() []*replica {
+	c.mu.Lock()
+	reps := slices.Clone(c.mu.reps)
+	c.mu.Unlock()
+	return slices.DeleteFunc(reps, func(r *replica) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.mu.retired
+	})
 }
 
 // writeConfigLocked writes r's config: init's, plus the HTTP listener,
@@ -318,6 +345,9 @@ func (c *Cell) StartReplica(id uint64) error {
 	defer r.mu.Unlock()
 	if r.mu.p.Alive() {
 		return nil
+	}
+	if r.mu.retired {
+		return fmt.Errorf("%w: replica %d was retired: it never starts again", ErrInvalidConfig, id)
 	}
 	if r.base == nil {
 		return fmt.Errorf("%w: replica %d was attached, not written by Init: it cannot be started", ErrInvalidConfig, id)
@@ -464,8 +494,11 @@ func (c *Cell) PIDs() []int {
 
 // KillAll kills every replica.
 func (c *Cell) KillAll() {
-	for _, id := range c.IDs() {
-		c.Kill(id)
+	c.mu.Lock()
+	reps := slices.Clone(c.mu.reps)
+	c.mu.Unlock()
+	for _, r := range reps {
+		c.Kill(r.id)
 	}
 }
 
@@ -486,22 +519,35 @@ func (c *Cell) StopAll(ctx context.Context) {
 	wg.Wait()
 }
 
-// IDs returns the replica ids, 1 to Config.Replicas.
+// IDs returns the ids of the replicas not retired, in increasing order: 1
+// to Config.Replicas, then those JoinReplica added.
 func (c *Cell) IDs() []uint64 {
-	ids := make([]uint64, len(c.reps))
-	for i := range c.reps {
-		ids[i] = uint64(i + 1)
+	var ids []uint64
+	for _, r := range c.replicas() {
+		ids = append(ids, r.id)
 	}
+	slices.Sort(ids)
 	return ids
 }
 
-// Addrs returns the replicas' UDP addresses in id order.
+// Addrs returns the UDP addresses of the replicas not retired, in id
+// order.
 func (c *Cell) Addrs() []string {
 	var out []string
-	for _, r := range c.reps {
-		out = append(out, r.addr)
+	for _, id := range c.IDs() {
+		out = append(out, c.Addr(id))
 	}
 	return out
+}
+
+// Addr returns replica id's UDP address (host:port), or "" if there is no
+// replica id.
+func (c *Cell) Addr(id uint64) string {
+	r, err := c.rep(id)
+	if err != nil {
+		return ""
+	}
+	return r.addr
 }
 
 // HTTPAddr returns replica id's HTTP listener (host:port).
@@ -554,8 +600,103 @@ func Attach(reps []Attached) *Cell {
 		r := &replica{id: uint64(i + 1), httpAddr: a.HTTPAddr}
 		r.mu.p = a.Process
 		r.mu.incarnation = 1
-		c.reps = append(c.reps, r)
+		c.mu.reps = append(c.mu.reps, r)
 	}
 	c.cfg.Replicas = len(reps)
 	return c
+}
+
+// JoinReplica prepares a new replica id that joins the running cell at a
+// new address: it picks a free UDP port (Config.UDPBase+id-1 if UDPBase is
+// set) and HTTP port, and runs `lockcelld init --join` with the current
+// replicas (IDs) as its peers, which writes its certificate, its config
+// and its empty data directory. It starts nothing (StartReplica does), and
+// the cell makes the replica a member only when told to (lockctl cell
+// add-replica or replace-replica). It returns the new replica's address.
+// An id the cell has, or had, fails with ErrInvalidConfig; `lockcelld init
+// --join`'s refusals come back as its error.
+func (c *Cell) JoinReplica(ctx context.Context, id uint64) (string, error) {
+	if c.cfg.Dir == "" {
+		return "", fmt.Errorf("%w: an attached cell has no cell directory", ErrInvalidConfig)
+	}
+	if _, err := c.rep(id); err == nil || id == 0 {
+		return "", fmt.Errorf("%w: replica %d exists or existed; ids are never reused", ErrInvalidConfig, id)
+	}
+	udpBase, httpBase := 0, 0
+	if c.cfg.UDPBase != 0 {
+		udpBase = c.cfg.UDPBase + int(id) - 1
+	}
+	if c.cfg.HTTPBase != 0 {
+		httpBase = c.cfg.HTTPBase + int(id) - 1
+	}
+	udp, err := ports("udp", udpBase, 1)
+	if err != nil {
+		return "", err
+	}
+	tcp, err := ports("tcp", httpBase, 1)
+	if err != nil {
+		return "", err
+	}
+	var peers []string
+	for _, pid := range c.IDs() {
+		peers = append(peers, fmt.Sprintf("%d=%s", pid, c.Addr(pid)))
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(udp[0]))
+	args := []string{"init", "--join", "--dir", c.cfg.Dir, "--id", strconv.FormatUint(id, 10), "--addr", addr,
+		"--peers", strings.Join(peers, ","), "--http-port", "0"}
+	if out, err := exec.CommandContext(ctx, c.cfg.Binary, args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("proccell: lockcelld init --join: %w: %s", err, bytes.TrimSpace(out))
+	}
+	r := &replica{id: id, addr: addr, httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp[0])),
+		cfgPath: c.ConfigFile(id), logFile: c.LogFile(id)}
+	b, err := os.ReadFile(r.cfgPath)
+	if err != nil {
+		return "", err
+	}
+	if err := json.Unmarshal(b, &r.base); err != nil {
+		return "", fmt.Errorf("proccell: %s: %w", r.cfgPath, err)
+	}
+	// The election timeout is a per-replica knob here, not a cell setting
+	// to inherit from the replica whose config init --join copied.
+	delete(r.base, "election_ticks")
+	r.mu.knobs = c.cfg.Knobs
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range c.mu.reps {
+		if o.id == id {
+			return "", fmt.Errorf("%w: replica %d was added meanwhile", ErrInvalidConfig, id)
+		}
+	}
+	c.mu.reps = append(c.mu.reps, r)
+	c.log.Debug("replica prepared", "id", id, "addr", addr)
+	return addr, nil
+}
+
+// Retire stops replica id for good: it sends sig (SIGKILL kills at once;
+// SIGTERM lets a master hand over), waits for the process to exit (killing
+// it if ctx ends first), and removes its data directory. The replica then
+// drops out of IDs, Addrs, FindMaster and Healthy and never starts again;
+// its config, certificate and log stay, so its id is never issued again.
+// Retiring a replica that is not running only removes its data.
+func (c *Cell) Retire(ctx context.Context, id uint64, sig syscall.Signal) error {
+	r, err := c.rep(id)
+	if err != nil {
+		return err
+	}
+	if r.base == nil {
+		return fmt.Errorf("%w: replica %d was attached, not written by Init: it has no data directory here", ErrInvalidConfig, id)
+	}
+	if run, _ := c.Running(id); run {
+		if err := c.Stop(ctx, id, sig); err != nil && !errors.Is(err, ErrNotRunning) {
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.mu.retired = true
+	r.mu.Unlock()
+	if err := os.RemoveAll(c.DataDir(id)); err != nil {
+		return fmt.Errorf("proccell: removing replica %d's data: %w", id, err)
+	}
+	c.log.Debug("replica retired", "id", id)
+	return nil
 }

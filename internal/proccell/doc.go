@@ -5,7 +5,10 @@
 // config (HTTP listener, fault injection and the test-only knobs: clock
 // scale, fsync delay, election timeout, unsafe_no_fsync, log level),
 // picks free ports, and starts, stops, kills, pauses, continues and
-// restarts replicas, each as a process group of its own.
+// restarts replicas, each as a process group of its own. It also
+// prepares new replicas at new addresses (JoinReplica, through `lockcelld
+// init --join`) and retires replicas for good (Retire: stopped, data
+// removed, id never issued again), so tests can replace replicas.
 //
 // A Cell also reads each replica's /status page, finds the master, sets
 // transport faults through /debug/faults, issues client certificates from

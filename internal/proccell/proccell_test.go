@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -250,5 +253,86 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if err := a.Pause(1); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("pausing a replica with no process: %v, want ErrNotRunning", err)
+	}
+}
+
+// TestJoinAndRetire: JoinReplica prepares a new replica at a new address
+// with the current replicas as its peers (through `lockcelld init
+// --join`), and Retire stops one for good and removes its data; ids are
+// never issued twice.
+func TestJoinAndRetire(t *testing.T) {
+	ctx, c := startCell(t)
+	if _, err := c.WaitMaster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := c.JoinReplica(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.IDs(); !slices.Equal(got, []uint64{1, 2, 3, 4}) || c.Addr(4) != addr || slices.Contains(c.Addrs()[:3], addr) {
+		t.Fatalf("after JoinReplica(4): ids %v, addrs %v, Addr(4) %q; want 1-4 and a new address %q", got, c.Addrs(), c.Addr(4), addr)
+	}
+	b, err := os.ReadFile(c.ConfigFile(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"id": 4`, `"1": "` + c.Addr(1) + `"`, `"3": "` + c.Addr(3) + `"`, `"4": "` + addr + `"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("replica 4's config lacks %s:\n%s", want, b)
+		}
+	}
+	if ents, err := os.ReadDir(c.DataDir(4)); err != nil || len(ents) != 1 || ents[0].Name() != "lockcell-new-member" {
+		t.Errorf("replica 4's data directory: %v, %v; want only the new-member marker", ents, err)
+	}
+	for _, id := range []uint64{2, 4} {
+		if _, err := c.JoinReplica(ctx, id); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("JoinReplica(%d) of an existing replica: %v; want ErrInvalidConfig", id, err)
+		}
+	}
+
+	// Retire a running follower: it stops, its data goes, and it is no
+	// longer one of the cell's replicas.
+	m, err := c.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := uint64(1)
+	if m == 1 {
+		f = 2
+	}
+	p := c.Process(f)
+	if err := c.Retire(ctx, f, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if p.Alive() {
+		t.Fatalf("replica %d's process runs after Retire", f)
+	}
+	if _, err := os.Stat(c.DataDir(f)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("replica %d's data directory after Retire: %v; want it gone", f, err)
+	}
+	if slices.Contains(c.IDs(), f) || slices.Contains(c.Addrs(), c.Addr(f)) {
+		t.Errorf("retired replica %d is still listed: ids %v, addrs %v", f, c.IDs(), c.Addrs())
+	}
+	if err := c.StartReplica(f); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("starting retired replica %d: %v; want ErrInvalidConfig", f, err)
+	}
+	if _, err := c.JoinReplica(ctx, f); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("JoinReplica(%d) of a retired replica: %v; want ErrInvalidConfig", f, err)
+	}
+	if _, err := c.FindMaster(ctx); err != nil {
+		t.Errorf("no master found among %v after retiring %d: %v", c.IDs(), f, err)
+	}
+	// The next new replica's peers are the replicas left.
+	if _, err := c.JoinReplica(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(c.ConfigFile(5))
+	if strings.Contains(string(b), `"`+strconv.FormatUint(f, 10)+`": "`) {
+		t.Errorf("replica 5's config names retired replica %d:\n%s", f, b)
+	}
+	// Its id is never issued again, even by lockcelld init --join itself.
+	out, err := exec.CommandContext(ctx, lockcelld(t), "init", "--join", "--dir", c.Dir(), "--id", strconv.FormatUint(f, 10), "--addr", "127.0.0.1:9").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "IDs are never reused") {
+		t.Errorf("lockcelld init --join of retired replica %d: %v, %s", f, err, out)
 	}
 }

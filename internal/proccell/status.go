@@ -100,8 +100,9 @@ func (c *Cell) FindMaster(ctx context.Context) (uint64, error) {
 		ms MasterSample
 		ok bool
 	}
-	ch := make(chan res, len(c.reps))
-	for _, id := range c.IDs() {
+	ids := c.IDs()
+	ch := make(chan res, len(ids))
+	for _, id := range ids {
 		go func() {
 			if run, _ := c.Running(id); !run || c.Paused(id) {
 				ch <- res{id: id}
@@ -114,7 +115,7 @@ func (c *Cell) FindMaster(ctx context.Context) (uint64, error) {
 		}()
 	}
 	var best uint64
-	for range c.reps {
+	for range ids {
 		r := <-ch
 		if r.ok && r.ms.Master && (best == 0 || r.id < best) {
 			best = r.id
@@ -145,7 +146,8 @@ func (c *Cell) WaitMaster(ctx context.Context) (uint64, error) {
 func (c *Cell) Healthy(ctx context.Context) error {
 	for {
 		up, master := 0, false
-		for _, id := range c.IDs() {
+		ids := c.IDs()
+		for _, id := range ids {
 			if run, _ := c.Running(id); !run {
 				return fmt.Errorf("%w: replica %d (see %s)", ErrNotRunning, id, c.LogFile(id))
 			}
@@ -157,11 +159,11 @@ func (c *Cell) Healthy(ctx context.Context) error {
 				master = master || ms.Master
 			}
 		}
-		if up == len(c.reps) && master {
+		if up == len(ids) && master {
 			return nil
 		}
 		if !sleep(ctx, 50*time.Millisecond) {
-			return fmt.Errorf("proccell: cell not healthy (%d of %d replicas answer, master %v): %w", up, len(c.reps), master, ctx.Err())
+			return fmt.Errorf("proccell: cell not healthy (%d of %d replicas answer, master %v): %w", up, len(ids), master, ctx.Err())
 		}
 	}
 }
