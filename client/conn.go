@@ -548,16 +548,18 @@ func (c *Client) dropAll(hint string) {
 	}
 }
 
-// heardFrom records that a reply arrived on cc now. A reply on a
+// heardFrom records that a reply arrived on cc now. A reply on the
 // connection whose silence started the look-up under way proves its
-// replica alive: the suspicion's share in the look-up ends.
+// replica alive, and one on the current connection (which replaced it)
+// proves that the client reaches a replica that answers: either way the
+// suspicion's share in the look-up ends.
 func (c *Client) heardFrom(cc *transport.ClientConn) {
 	now := c.cfg.clock.Now()
 	c.mu.Lock()
 	if c.mu.conn == cc {
 		c.mu.heard, c.mu.heardAt = true, now
 	}
-	if lk := c.mu.look; lk != nil && lk.suspect == cc {
+	if lk := c.mu.look; lk != nil && lk.suspect != nil && (lk.suspect == cc || c.mu.conn == cc) {
 		lk.suspect = nil
 		c.leaveLookupLocked(lk)
 	}
