@@ -170,7 +170,7 @@ func (l *loop) step(now monotime.Time) {
 			// KeepAlive stays out in case this one answers after all.
 			ka.silent = true
 			l.live[id] = ka
-			l.s.c.log.Info("client: master silent past its KeepAlive cadence; asking every replica who the master is",
+			l.s.c.log.Debug("client: master silent past its KeepAlive cadence; asking every replica who the master is",
 				"session", l.s.id, "cadence", l.cadence, "master", l.s.c.connAddr())
 			l.find(l.s.c.connReplica())
 		}
