@@ -214,6 +214,10 @@ type Config struct {
 	// Acquire), as before lockhandover.go: tests measure what one round
 	// saves (export_test.go).
 	twoRoundHandOver bool
+	// featuresHook, if set, is what the replica advertises it can apply
+	// instead of AllFeatures: the tests of the feature gate make one
+	// replica look like an older binary (export_test.go).
+	featuresHook func() Features
 }
 
 func (c Config) populate() Config {

@@ -36,6 +36,11 @@ func SetHeadOutcomeHook(c *Config, hook func(path string, err error, gone <-chan
 // before the grant rode on the release: tests compare the two.
 func SetTwoRoundHandOver(c *Config) { c.twoRoundHandOver = true }
 
+// SetFeatures makes the replica that c configures advertise what features
+// returns (read at every progress report) instead of AllFeatures, as an
+// older binary would.
+func SetFeatures(c *Config, features func() Features) { c.featuresHook = features }
+
 // MetricsText returns what the replica's /metrics serves (Prometheus text)
 // without an HTTP server, for tests on the simulated network.
 func (r *Replica) MetricsText() string {

@@ -37,7 +37,7 @@ type handOvers []func(namespace.Handed, bool)
 // (handOver) and returns the grants for the command to carry and their
 // settle functions.
 func (l *lockQueues) attach(paths ...string) ([]namespace.Grant, handOvers) {
-	if l.deps.twoRound {
+	if l.deps.twoRound != nil && l.deps.twoRound() {
 		return nil, nil
 	}
 	var grants []namespace.Grant

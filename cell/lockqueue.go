@@ -92,8 +92,10 @@ type lockDeps struct {
 	// hook, if set, receives the outcome of each head's Acquire instead
 	// of handling it at once (see Config.headOutcomeHook).
 	hook func(path string, err error, gone <-chan struct{}, deliver func())
-	// twoRound, if set, turns handOver off (see Config.twoRoundHandOver).
-	twoRound bool
+	// twoRound, if it returns true, turns handOver off for now: in tests
+	// (Config.twoRoundHandOver), and while some replica has not reported
+	// that it can apply a hand-over (features.go).
+	twoRound func() bool
 }
 
 // lockQueue is the FIFO of sessions waiting for one lock.

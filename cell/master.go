@@ -30,8 +30,11 @@ import (
 // lock waiters and subscriptions are re-established by clients on their
 // next call (handles are self-describing).
 type master struct {
-	r        *Replica
-	epoch    uint64
+	r     *Replica
+	epoch uint64
+	// since is when the role began: only the progress reports received
+	// from then on count for the feature gate (features.go).
+	since    monotime.Time
 	sessions *session.Manager
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -54,7 +57,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &master{r: r, epoch: epoch, sessions: mgr, ctx: ctx, cancel: cancel}
+	m := &master{r: r, epoch: epoch, since: monotime.Now(), sessions: mgr, ctx: ctx, cancel: cancel}
 	m.lim = newLimiter(limiterDeps{
 		quota: func(tenant string) (api.TenantQuota, bool) {
 			info, err := r.ns.Tenant(r.admin(), tenant)
@@ -101,7 +104,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		now:      r.clock.now,
 		waiting:  func(d int) { r.metrics.waiters.Add(float64(d)) },
 		hook:     r.cfg.headOutcomeHook,
-		twoRound: r.cfg.twoRoundHandOver,
+		twoRound: func() bool { return r.cfg.twoRoundHandOver || len(r.featureMissing(m, FeatureHandOver)) > 0 },
 	})
 	admin := r.admin()
 	tenants, err := r.ns.ListTenants(admin)

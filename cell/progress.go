@@ -49,6 +49,10 @@ type progressReport struct {
 	// (compare.go). Zero if unknown.
 	SumSlot uint64 `msgpack:"ss,omitempty"`
 	Sum     uint64 `msgpack:"cs,omitempty"`
+	// Features are the command formats the sender's binary can apply
+	// (features.go). A binary older than the field sends none, and reads
+	// past it.
+	Features uint64 `msgpack:"f,omitempty"`
 }
 
 // peerProgress is the latest report of one peer and when it arrived.
@@ -98,6 +102,7 @@ func (r *Replica) maybeReportProgress(now monotime.Time) {
 	st := r.Status()
 	rep := progressReport{Role: st.Role, Epoch: st.Epoch, Leader: st.Leader, Chosen: st.Chosen, Applied: st.Applied, Master: st.Master}
 	rep.SumSlot, rep.Sum = r.sums.latest()
+	rep.Features = uint64(r.features())
 	if r.progress.sent != 0 && rep == r.progress.last && now.Sub(r.progress.sent) < progressIdleInterval {
 		return
 	}

@@ -369,31 +369,37 @@ func (r *Replica) catchUpRetry() time.Duration { return r.tickInterval() }
 // returns an *api.Error: InvalidArgument for a bad ID or address, an ID
 // that was ever a member of the cell (IDs are never reused: ballots carry
 // them), or an address another member uses; FailedPrecondition while
-// another change is under way; NotMaster on a replica that is not master;
-// and DeadlineExceeded naming the learner's progress if ctx ends before
-// it caught up. Bad input changes nothing.
+// another change is under way, or while a member has not reported that
+// its binary can apply membership changes (features.go), naming it;
+// NotMaster on a replica that is not master; and DeadlineExceeded naming
+// the learner's progress if ctx ends before it caught up. Bad input
+// changes nothing.
 func (r *Replica) AddReplica(ctx context.Context, id uint64, addr string) (*api.MembershipResponse, error) {
 	var steps []string
-	if err := r.addReplica(ctx, id, addr, &steps); err != nil {
+	if err := r.addReplica(ctx, id, addr, 0, &steps); err != nil {
 		return nil, err
 	}
 	return r.memberResponse(steps), nil
 }
 
-func (r *Replica) addReplica(ctx context.Context, id uint64, addr string, steps *[]string) error {
+// addReplica is AddReplica; replacing, if not 0, is the replica the new
+// one replaces, which the feature gate does not wait for (it is leaving,
+// and is often down).
+func (r *Replica) addReplica(ctx context.Context, id uint64, addr string, replacing uint64, steps *[]string) error {
 	if err := checkReplicaID("new", id); err != nil {
 		return err
 	}
 	if err := checkReplicaAddr(addr); err != nil {
 		return err
 	}
-	if r.serving() == nil {
+	m := r.serving()
+	if m == nil {
 		return r.notMaster()
 	}
 	d := r.mem.view.Load()
-	for _, m := range members(d.Members) {
-		if m != id && d.addr(m, r.cfg.Replicas) == addr {
-			return errInvalid(fmt.Sprintf("address %s is replica %d's", addr, m))
+	for _, other := range members(d.Members) {
+		if other != id && d.addr(other, r.cfg.Replicas) == addr {
+			return errInvalid(fmt.Sprintf("address %s is replica %d's", addr, other))
 		}
 	}
 	switch {
@@ -404,6 +410,9 @@ func (r *Replica) addReplica(ctx context.Context, id uint64, addr string, steps 
 	case d.wasMember(id):
 		return errInvalid(fmt.Sprintf("replica ID %d was a member of this cell before; IDs are never reused, pick a new one", id))
 	default:
+		if err := r.featureGate(ctx, m, FeatureMembership, replacing); err != nil {
+			return err
+		}
 		if d.Addrs[id] != addr {
 			cmd, err := encodeCellCommand(cellCommand{SetAddr: &setAddr{ID: id, Addr: addr}})
 			if err != nil {
@@ -422,6 +431,11 @@ func (r *Replica) addReplica(ctx context.Context, id uint64, addr string, steps 
 	}
 	if isVoter(r.mem.view.Load().Members, id) {
 		return nil
+	}
+	// The learner itself applies membership changes already: it was
+	// added by one.
+	if err := r.featureGate(ctx, m, FeatureMembership, replacing, id); err != nil {
+		return err
 	}
 	return r.promote(ctx, id, steps)
 }
@@ -463,8 +477,9 @@ func (r *Replica) promote(ctx context.Context, id uint64, steps *[]string) error
 // A request for a replica already removed reports the membership. It
 // returns an *api.Error: InvalidArgument for an ID that is not a member,
 // or the last voter; FailedPrecondition while another change is under
-// way, or if the hand-over fails; NotMaster on a replica that is not
-// master.
+// way, while a member other than id has not reported that its binary can
+// apply membership changes (features.go), or if the hand-over fails;
+// NotMaster on a replica that is not master.
 func (r *Replica) RemoveReplica(ctx context.Context, id uint64) (*api.MembershipResponse, error) {
 	var steps []string
 	if err := r.removeReplica(ctx, id, &steps); err != nil {
@@ -477,7 +492,8 @@ func (r *Replica) removeReplica(ctx context.Context, id uint64, steps *[]string)
 	if err := checkReplicaID("", id); err != nil {
 		return err
 	}
-	if r.serving() == nil {
+	m := r.serving()
+	if m == nil {
 		return r.notMaster()
 	}
 	d := r.mem.view.Load()
@@ -496,6 +512,9 @@ func (r *Replica) removeReplica(ctx context.Context, id uint64, steps *[]string)
 		e := r.notMaster()
 		e.Msg = "this replica was the master and handed over before its removal; its successor removes it"
 		return e
+	}
+	if err := r.featureGate(ctx, m, FeatureMembership, id); err != nil {
+		return err
 	}
 	slot, err := r.proposeMember(ctx, &paxos.ConfChange{Type: paxos.ConfRemove, ID: paxos.ID(id)}, nil)
 	if err != nil {
@@ -534,7 +553,7 @@ func (r *Replica) ReplaceReplica(ctx context.Context, oldID, newID uint64, addr 
 		return nil, errInvalid(fmt.Sprintf("replica %d was removed already; add replica %d with add-replica", oldID, newID))
 	}
 	var steps []string
-	if err := r.addReplica(ctx, newID, addr, &steps); err != nil {
+	if err := r.addReplica(ctx, newID, addr, oldID, &steps); err != nil {
 		return nil, err
 	}
 	if err := r.removeReplica(ctx, oldID, &steps); err != nil {
