@@ -244,6 +244,13 @@ func (l *loop) start(now monotime.Time) {
 	if l.cadence > 0 {
 		ka.watched = true
 		ka.silentAt = now.Add(l.cadence + SilenceMargin(l.cadence))
+		if l.jeopardy {
+			// In jeopardy, a KeepAlive unanswered past the cadence is given
+			// up and sent again, so that one reaches the master well within
+			// the lease the master still keeps for the session: one that
+			// waited out a whole grant could arrive after that lease ended.
+			ka.expires = ka.silentAt
+		}
 	}
 	l.live[id] = ka
 	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack}
