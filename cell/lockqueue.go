@@ -314,6 +314,21 @@ func (l *lockQueues) waitingLocked(delta int) {
 	}
 }
 
+// skipAbandonedLocked drops the waiters at the head of q that left while
+// queued, and q itself if none is left; it reports whether q is now empty.
+func (l *lockQueues) skipAbandonedLocked(q *lockQueue) bool {
+	n := len(q.waiters)
+	for len(q.waiters) > 0 && q.waiters[0].abandoned() {
+		q.waiters = q.waiters[1:]
+	}
+	l.waitingLocked(len(q.waiters) - n)
+	if len(q.waiters) == 0 {
+		l.dropIfEmptyLocked(q)
+		return true
+	}
+	return false
+}
+
 // REQUIRES: l.mu held.
 func (l *lockQueues) dropIfEmptyLocked(q *lockQueue) {
 	if len(q.waiters) == 0 && !q.inflight {
@@ -335,14 +350,7 @@ func (l *lockQueues) kick(path string) {
 		l.mu.Unlock()
 		return
 	}
-	// Skip waiters that left while queued.
-	n := len(q.waiters)
-	for len(q.waiters) > 0 && q.waiters[0].abandoned() {
-		q.waiters = q.waiters[1:]
-	}
-	l.waitingLocked(len(q.waiters) - n)
-	if len(q.waiters) == 0 {
-		l.dropIfEmptyLocked(q)
+	if l.skipAbandonedLocked(q) {
 		l.mu.Unlock()
 		return
 	}
@@ -391,13 +399,7 @@ func (l *lockQueues) handOver(path string) (g namespace.Grant, settle func(h nam
 		l.mu.Unlock()
 		return namespace.Grant{}, nil, false
 	}
-	n := len(q.waiters)
-	for len(q.waiters) > 0 && q.waiters[0].abandoned() {
-		q.waiters = q.waiters[1:]
-	}
-	l.waitingLocked(len(q.waiters) - n)
-	if len(q.waiters) == 0 {
-		l.dropIfEmptyLocked(q)
+	if l.skipAbandonedLocked(q) {
 		l.mu.Unlock()
 		return namespace.Grant{}, nil, false
 	}

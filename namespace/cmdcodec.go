@@ -707,6 +707,21 @@ func readACL(r *cmdReader, a *api.ACLNames, what string) {
 	fs.done(what)
 }
 
+// caller reads a Caller map (a command's or a grant's); what, principal
+// and tenant name the map and its fields in errors.
+func (r *cmdReader) caller(what, principal, tenant string) Caller {
+	var c Caller
+	cf := r.fields(what)
+	if cf.at(keyPrincipal) {
+		c.Principal = r.str(principal)
+	}
+	if cf.at(keyTenant) {
+		c.Tenant = r.str(tenant)
+	}
+	cf.done(what)
+	return c
+}
+
 // minGrantSize is the fewest bytes an encoded Grant takes (empty strings,
 // one-byte integers), which bounds what an array header may announce.
 const minGrantSize = 1 + 2 + 1 + 2 + 1 + 2 + 1 + 2 + 1 + 2 + 1 + 2 + 1
@@ -738,14 +753,7 @@ func (r *cmdReader) grants(what string) []Grant {
 		g := &gs[i]
 		fs := r.fields(what)
 		if fs.at(keyGrantCaller) {
-			cf := r.fields("grant caller")
-			if cf.at(keyPrincipal) {
-				g.Caller.Principal = r.str("grant principal")
-			}
-			if cf.at(keyTenant) {
-				g.Caller.Tenant = r.str("grant tenant")
-			}
-			cf.done("grant caller")
+			g.Caller = r.caller("grant caller", "grant principal", "grant tenant")
 		}
 		if fs.at(keyGrantSession) {
 			g.Session = r.uint("grant session")
@@ -810,14 +818,7 @@ func readCommand(b []byte) (Command, error) {
 		cmd.Time = r.int("time")
 	}
 	if f.at(keyCaller) {
-		cf := r.fields("caller")
-		if cf.at(keyPrincipal) {
-			cmd.Caller.Principal = r.str("principal")
-		}
-		if cf.at(keyTenant) {
-			cmd.Caller.Tenant = r.str("tenant")
-		}
-		cf.done("caller")
+		cmd.Caller = r.caller("caller", "principal", "tenant")
 	}
 	switch {
 	case r.Err() != nil:
