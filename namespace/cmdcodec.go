@@ -135,25 +135,21 @@ func mpBool(b []byte, v bool) []byte {
 
 // mpMap writes a map header of n entries (n ≤ 15 for all our structs, but
 // written in general).
-func mpMap(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, mpFixMap|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, mpMap16), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, mpMap32), uint32(n))
-}
+func mpMap(b []byte, n int) []byte { return mpHeader(b, n, mpFixMap, mpMap16, mpMap32) }
 
 // mpArray writes an array header of n elements.
-func mpArray(b []byte, n int) []byte {
+func mpArray(b []byte, n int) []byte { return mpHeader(b, n, mpFixArray, mpArray16, mpArray32) }
+
+// mpHeader writes a map's or an array's header of n entries in the shortest
+// of its three forms (fix, 16-bit, 32-bit).
+func mpHeader(b []byte, n int, fix, c16, c32 byte) []byte {
 	switch {
 	case n < 16:
-		return append(b, mpFixArray|byte(n))
+		return append(b, fix|byte(n))
 	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, mpArray16), uint16(n))
+		return binary.BigEndian.AppendUint16(append(b, c16), uint16(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, mpArray32), uint32(n))
+	return binary.BigEndian.AppendUint32(append(b, c32), uint32(n))
 }
 
 // mpKey writes a field key (all ours are fixstr).
