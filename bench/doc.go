@@ -40,7 +40,7 @@
 //     quiet tenant's latency alone and under the flood.
 //   - sessions-failover (opt-in: run only when --workloads names it): S
 //     sessions opened and held, then the master killed (or, with
-//     --sessions-failover=failover-stepdown, asked to hand over); the time
+//     --sessions-failover=stepdown, asked to hand over); the time
 //     until every session is safe with the new master, the most in
 //     jeopardy at once, and the sessions lost.
 //

@@ -266,9 +266,9 @@ const (
 	MetricSessionsSafe      = "sessions_safe_ms"
 	MetricSessionsBehind    = "sessions_behind"
 	MetricSessionsUnsafeMax = "sessions_unsafe_max"
-	MetricRecovery         = "recovery_ms"
-	MetricLongestGap       = "longest_gap_ms"
-	MetricLeader           = "leader"
+	MetricRecovery          = "recovery_ms"
+	MetricLongestGap        = "longest_gap_ms"
+	MetricLeader            = "leader"
 	// Per-client outage: for each client, the longest gap between its
 	// successful lock cycles that overlaps the disruption; p50, p99 and
 	// max over the clients.
