@@ -80,7 +80,7 @@ func (r *Replica) Backup() ([]byte, BackupInfo, error) {
 		return nil, BackupInfo{}, fmt.Errorf("cell: backup: the snapshot stream's header does not read back (slot %d, %v)", hslot, err)
 	}
 	info := BackupInfo{Format: BackupFormat, Cell: r.cfg.Cell, Slot: slot, Checksum: checksumHex(sum),
-		Master: r.cfg.ID, Replicas: r.memberResponse(nil).Addrs, Taken: time.Now().UTC()}
+		Master: r.cfg.ID, Replicas: r.members.response(nil).Addrs, Taken: time.Now().UTC()}
 	hdr, err := encodeBackupHeader(info)
 	if err != nil {
 		return nil, BackupInfo{}, err

@@ -137,7 +137,7 @@ func (r *Replica) cellStatus() *api.CellStatusResponse {
 	}
 	now := monotime.Now()
 	top := st.Chosen
-	d := r.mem.view.Load()
+	d := r.members.view()
 	resp.MembershipSlot = uint64(d.Members.Index)
 	for _, id := range members(d.Members) {
 		rs := api.ReplicaStatus{ID: id, Addr: d.addr(id, r.cfg.Replicas), Master: id == resp.Master && resp.Master != 0,
