@@ -223,6 +223,7 @@ func TestMembershipWithoutReplica(t *testing.T) {
 			t.Fatalf("AddReplica(4) answered %+v; want steps %q, voters 1-4 with 4 at %s, membership of slot 3", resp, wantSteps, addr4)
 		}
 		judged++
+		synctest.Wait() // the loop has synced the peer set after the change
 		g.mu.Lock()
 		gates, notCaughtUp := slices.Clone(g.mu.gates), g.mu.notCaughtUp
 		peers := g.mu.peers[len(g.mu.peers)-1]
@@ -248,6 +249,7 @@ func TestMembershipWithoutReplica(t *testing.T) {
 		if d := g.ms.view(); !d.retired(2) || d.Slot != 4 {
 			t.Errorf("the directory after the removal (slot %d) does not have replica 2 retired", d.Slot)
 		}
+		synctest.Wait()
 		g.mu.Lock()
 		peers, sendOnly := g.mu.peers[len(g.mu.peers)-1], g.mu.sendOnly[len(g.mu.sendOnly)-1]
 		g.mu.Unlock()
