@@ -146,12 +146,12 @@ func parseBackup(b []byte) (BackupInfo, []byte, error) {
 // handleSaveSnapshot serves SaveSnapshot: the administrator's backup,
 // taken by the master and streamed in chunks after the first reply.
 func handleSaveSnapshot(ctx context.Context, c *rpcCall, req *api.SaveSnapshotRequest) (any, error) {
-	data, info, err := c.r.Backup()
+	data, info, err := c.d.admin.backup()
 	if err != nil {
-		c.r.log.Error("backup failed", "err", err)
+		c.d.log.Error("backup failed", "err", err)
 		return nil, apiErr(api.Internal, err.Error())
 	}
-	c.r.log.Info("backup taken", "slot", info.Slot, "checksum", info.Checksum, "bytes", len(data))
+	c.d.log.Info("backup taken", "slot", info.Slot, "checksum", info.Checksum, "bytes", len(data))
 	var sum uint64
 	fmt.Sscanf(info.Checksum, "%x", &sum)
 	return &streamedSnapshot{

@@ -248,7 +248,7 @@ func (r *Replica) open(ctx context.Context) error {
 		Peers:               peers,
 		CA:                  r.cfg.CA,
 		Certificate:         r.cfg.Certificate,
-		ClientHandler:       r.serveStream,
+		ClientHandler:       r.newHandlerDeps().serveStream,
 		MaxConnsPerIP:       r.cfg.MaxConnsPerIP,
 		MaxStreamsPerClient: r.cfg.MaxStreamsPerConn,
 		Faults:              r.cfg.Faults,
@@ -1117,6 +1117,11 @@ func (q quietPebbleLogger) Errorf(format string, args ...any) {
 func (q quietPebbleLogger) Fatalf(format string, args ...any) {
 	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 	os.Exit(1)
+}
+
+// admin is the caller the cell itself uses for its own commands.
+func (r *Replica) admin() namespace.Caller {
+	return namespace.Caller{Principal: r.cfg.AdminPrincipal}
 }
 
 // locksHeld counts the lock grants held in the applied state (metrics and

@@ -10,13 +10,13 @@ import (
 // served by the replica's membership (membership.go).
 
 func handleAddReplica(ctx context.Context, c *rpcCall, req *api.AddReplicaRequest) (any, error) {
-	return c.r.members.addReplica(ctx, req.ID, req.Addr)
+	return c.d.members.addReplica(ctx, req.ID, req.Addr)
 }
 
 func handleRemoveReplica(ctx context.Context, c *rpcCall, req *api.RemoveReplicaRequest) (any, error) {
-	return c.r.members.removeReplica(ctx, req.ID)
+	return c.d.members.removeReplica(ctx, req.ID)
 }
 
 func handleReplaceReplica(ctx context.Context, c *rpcCall, req *api.ReplaceReplicaRequest) (any, error) {
-	return c.r.members.replace(ctx, req.Old, req.New, req.Addr)
+	return c.d.members.replace(ctx, req.Old, req.New, req.Addr)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
 )
 
@@ -11,8 +12,8 @@ import (
 // loop: each is built from narrow dependencies, and what a part needs of
 // the replica is written here as a function of the replica's state, not
 // reached for through a *Replica inside the part. The replica's exported
-// calls that a part serves (AddReplica, RemoveReplica, ReplaceReplica)
-// are here too, each a call into its part.
+// calls that a part serves (CreateTenant, AddReplica, RemoveReplica,
+// ReplaceReplica) are here too, each a call into its part.
 
 // newMembershipOf builds the replica's membership (membership.go) from
 // its stored log. initial is the membership its Paxos core starts from.
@@ -36,6 +37,63 @@ func (r *Replica) newMembershipOf(initial []paxos.ID) (*membership, error) {
 		},
 		retry: r.tickInterval(),
 	}, r.logdb, r.ns.AppliedSlot())
+}
+
+// newHandlerDeps builds what the RPC handlers reach the replica by
+// (rpc.go). It needs the namespace, the membership and the metrics; the
+// pipeline is reached at each call, since the handlers are built before
+// it.
+func (r *Replica) newHandlerDeps() *handlerDeps {
+	return &handlerDeps{
+		roleDeps: roleDeps{
+			serving:        r.serving,
+			awaitTakeOver:  r.awaitTakeOver,
+			notMaster:      r.notMaster,
+			sessionError:   r.sessionError,
+			adminPrincipal: r.cfg.AdminPrincipal,
+		},
+		state: r.ns,
+		propose: func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op) (namespace.Result, error) {
+			return r.pipe.do(ctx, m, originRequest, caller, op)
+		},
+		submit: func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op, done func(namespace.Result, error)) {
+			r.pipe.submit(ctx, m, originRequest, caller, op, done)
+		},
+		seq: sequencerKey{cell: r.cfg.Cell, key: r.cfg.SigningKey},
+		ka:  keepAliveDeps{cadence: r.cfg.KeepAliveCadence, frames: &r.kaFrames},
+		admin: adminDeps{
+			self:             r.cfg.ID,
+			cellStatus:       r.cellStatus,
+			awaitOtherMaster: r.awaitOtherMaster,
+			stepDown:         r.StepDown,
+			leader: func() uint64 {
+				if st := r.status.Load(); st != nil {
+					return uint64(st.Leader)
+				}
+				return 0
+			},
+			successor: r.successor.Load,
+			backup:    r.Backup,
+		},
+		members: r.members,
+		metrics: r.metrics,
+		log:     r.log,
+	}
+}
+
+// CreateTenant creates a tenant as the cell administrator, through Paxos
+// (for operators' tooling and the dev cell). It fails with NotMaster on a
+// replica that is not master.
+func (r *Replica) CreateTenant(ctx context.Context, name string, quota api.TenantQuota) (api.TenantInfo, error) {
+	m := r.serving()
+	if m == nil {
+		return api.TenantInfo{}, r.notMaster()
+	}
+	reply, err := result(r.pipe.do(ctx, m, originRequest, r.admin(), &namespace.CreateTenant{Name: name, Quota: quota}))
+	if err != nil {
+		return api.TenantInfo{}, err
+	}
+	return reply.(*namespace.TenantReply).Tenant, nil
 }
 
 // onLoop runs f on the run loop and returns once it has run.
