@@ -2,6 +2,7 @@ package cell
 
 import (
 	"context"
+	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
@@ -37,6 +38,22 @@ func (r *Replica) newMembershipOf(initial []paxos.ID) (*membership, error) {
 		},
 		retry: r.tickInterval(),
 	}, r.logdb, r.ns.AppliedSlot())
+}
+
+// replicaPipeline wires the pipeline to r.
+func (r *Replica) replicaPipeline() *pipeline {
+	return newPipeline(pipelineEnv{
+		master: func() (*master, bool) {
+			m := r.master.Load()
+			return m, m != nil && r.node.Status().Master
+		},
+		propose:   r.node.Propose,
+		stamp:     r.clock.stamp,
+		notMaster: func() error { return r.notMaster() },
+		refused:   func(err error) error { return r.proposeError(err) },
+		proposed:  r.metrics.proposals.Inc,
+		applied:   func(d time.Duration) { r.metrics.commitLatency.Observe(d.Seconds()) },
+	})
 }
 
 // newHandlerDeps builds what the RPC handlers reach the replica by
