@@ -7,6 +7,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
+	"github.com/lockcell/lockcell/session"
 )
 
 // The one place the replica wires its parts that serve beside the run
@@ -54,6 +55,34 @@ func (r *Replica) replicaPipeline() *pipeline {
 		proposed:  r.metrics.proposals.Inc,
 		applied:   func(d time.Duration) { r.metrics.commitLatency.Observe(d.Seconds()) },
 	})
+}
+
+// masterDeps is what the master role of epoch needs of this replica
+// (master.go); becomeMaster builds a role with it.
+func (r *Replica) masterDeps(epoch uint64) masterDeps {
+	return masterDeps{
+		log:          r.log,
+		metrics:      r.metrics,
+		state:        r.ns,
+		cellCaller:   r.admin(),
+		submit:       r.pipe.submit,
+		wake:         r.pipe.poke,
+		load:         r.pipe.load,
+		notMaster:    r.notMaster,
+		sessionError: r.sessionError,
+		rebase:       r.clock.rebase,
+		now:          r.clock.now,
+		sessions: session.Config{Lease: r.cfg.SessionLease, MaxLease: r.cfg.MaxSessionLease,
+			KeepAliveCadence: max(r.cfg.KeepAliveCadence, 0), Epoch: epoch, Logger: r.log},
+		maxExtension: r.cfg.MaxSessionLease - r.cfg.SessionLease,
+		readCap:      r.cfg.TenantReadConcurrency,
+		queue:        r.cfg.TenantQueue,
+		window:       r.cfg.ProposalWindow,
+		hook:         r.cfg.headOutcomeHook,
+		twoRound: func(m *master) bool {
+			return r.cfg.twoRoundHandOver || len(r.featureMissing(m, FeatureHandOver)) > 0
+		},
+	}
 }
 
 // newHandlerDeps builds what the RPC handlers reach the replica by

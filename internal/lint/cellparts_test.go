@@ -30,8 +30,9 @@ var cellParts = []string{
 	"kastream.go", "auth.go", "tokens.go",
 	// Membership change and the replicated directory.
 	"membership.go", "directory.go",
-	// The propose pipeline and the master role's parts.
-	"pipeline.go", "fair.go", "limits.go", "lockqueue.go", "events.go", "owners.go", "cachereg.go",
+	// The propose pipeline, the master role and its parts.
+	"pipeline.go", "master.go", "load.go", "lockhandover.go",
+	"fair.go", "limits.go", "lockqueue.go", "events.go", "owners.go", "cachereg.go",
 	// Metrics and the status page, over their sources.
 	"metrics.go", "statuspage.go",
 }
