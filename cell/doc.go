@@ -113,9 +113,11 @@
 // KeepAlive stream in kastream.go), the membership (membership.go), the
 // propose pipeline (pipeline.go), the master role and its parts (master.go
 // and the files above), the metrics (metrics.go) and the status page
-// (statuspage.go). wire.go is the one place that builds them from the
-// replica's state; internal/lint's TestCellPartsReachNoReplica keeps it
-// so. The replica's own concerns (its status, progress reports, rebuild,
+// (statuspage.go). wire.go builds the handlers, the membership, the
+// pipeline and the master role from the replica's state; the metrics and
+// the status page get their sources where the replica opens and mounts
+// them (replica.go, http.go). internal/lint's TestCellPartsReachNoReplica
+// keeps the parts' files free of the *Replica. The replica's own concerns (its status, progress reports, rebuild,
 // the HTTP listener, backups, the watchdog) are its methods, each in its
 // own file.
 //
