@@ -1114,7 +1114,7 @@ func (r *Replica) awaitTakeOver(ctx context.Context) *master {
 }
 
 func (r *Replica) becomeMaster(st paxos.Status) {
-	m, err := newMaster(r, uint64(st.Epoch))
+	m, err := newMaster(r.masterDeps(uint64(st.Epoch)), uint64(st.Epoch))
 	if err != nil {
 		r.log.Error("cannot start the master role", "err", err)
 		return
