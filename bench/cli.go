@@ -154,7 +154,9 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 	duration := fs.Duration("duration", 5*time.Second, "measured time of each run")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured warm-up of each run")
 	seed := fs.Uint64("seed", 1, "seed of every random choice")
-	sessions := fs.Int("sessions", 1000, "sessions held by the sessions workload")
+	sessions := fs.Int("sessions", 1000, "sessions held by the sessions and sessions-failover workloads")
+	sessDisrupt := fs.String("sessions-failover", "kill", "sessions-failover (opt-in workload): what happens to the master while the sessions are held: "+
+		"kill (SIGKILL, as failover-kill) or stepdown (SIGTERM, a hand-over, as failover-stepdown)")
 	files := fs.Int("files", 16, "files of the readheavy workloads")
 	writeFrac := fs.Float64("write-fraction", 0.01, "share of readheavy operations that write")
 	quietClients := fs.Int("quiet-clients", 4, "noisy: clients of the quiet tenant")
@@ -233,7 +235,13 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 	}
 	base := Config{Duration: *duration, Warmup: *warmup, Seed: *seed, Sessions: *sessions, Files: *files,
 		WriteFraction: *writeFrac, QuietClients: *quietClients, QuietRate: *quietRate, OpTimeout: *opTimeout, Hold: *hold,
-		PauseFor: *pauseFor, Replicas: *replicas}
+		PauseFor: *pauseFor, Replicas: *replicas, SessionsDisrupt: Workload(*sessDisrupt)}
+	switch *sessDisrupt {
+	case "kill":
+		base.SessionsDisrupt = FailoverKill
+	case "stepdown":
+		base.SessionsDisrupt = FailoverStepDown
+	}
 	if *warmup == 0 {
 		base.Warmup = -1
 	}
@@ -297,7 +305,7 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 		for _, w := range wls {
 			ns := counts
 			switch w {
-			case Sessions:
+			case Sessions, SessionsFailover:
 				// One run; Config.Sessions says how many sessions it holds
 				// (its Result reports them as its clients).
 				ns = []int{1}

@@ -38,6 +38,11 @@
 // and max over the clients, with the errors and the sessions lost.
 //   - noisy: one tenant floods while another runs a paced workload; the
 //     quiet tenant's latency alone and under the flood.
+//   - sessions-failover (opt-in: run only when --workloads names it): S
+//     sessions opened and held, then the master killed (or, with
+//     --sessions-failover=stepdown, asked to hand over); the time
+//     until every session is safe with the new master, the most in
+//     jeopardy at once, and the sessions lost.
 //
 // The lockcell driver (NewLockcellDriver) runs against a cell of real
 // processes started the way an operator would (`lockcelld init`, then one

@@ -88,6 +88,18 @@ type SessionSet interface {
 	Close(ctx context.Context) error
 }
 
+// SessionTerms is a SessionSet that knows which master term each of its
+// sessions last heard from (lockcell: the epoch of its last KeepAlive
+// reply), so that sessions-failover can tell when every session has been
+// taken over by a new master.
+type SessionTerms interface {
+	SessionSet
+	// Behind returns the newest term any session that has not ended heard
+	// from, how many such sessions are not safe (in jeopardy), and how
+	// many are not safe or last heard from a term at or before since.
+	Behind(since uint64) (newest uint64, unsafe, behind int)
+}
+
 // Cluster is the server side of a system: its processes, for CPU and
 // memory, and its leader, for fail-over.
 type Cluster interface {

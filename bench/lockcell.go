@@ -286,6 +286,25 @@ func (l *lockcellSessions) Lost() int {
 	return n
 }
 
+// Behind implements SessionTerms.
+func (l *lockcellSessions) Behind(since uint64) (newest uint64, unsafe, behind int) {
+	for _, s := range l.sessions {
+		if s == nil || s.Err() != nil {
+			continue
+		}
+		e := s.Epoch()
+		newest = max(newest, e)
+		safe := s.State() == client.StateSafe
+		if !safe {
+			unsafe++
+		}
+		if !safe || e <= since {
+			behind++
+		}
+	}
+	return newest, unsafe, behind
+}
+
 func (l *lockcellSessions) Close(ctx context.Context) error {
 	var g errgroup.Group
 	g.SetLimit(64)

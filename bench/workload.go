@@ -36,7 +36,16 @@ const (
 	// (handed over first where the system can).
 	FailoverRolling Workload = "failover-rolling"
 	Noisy           Workload = "noisy"
+	// SessionsFailover opens and holds Config.Sessions sessions, then
+	// kills the master (or asks it to hand over: Config.SessionsDisrupt)
+	// and measures how long until every session is safe with the new
+	// master, and how many were lost. Not run unless named: at 100,000
+	// sessions it is a run of its own.
+	SessionsFailover Workload = "sessions-failover"
 )
+
+// OptInWorkloads are the workloads run only when --workloads names them.
+var OptInWorkloads = []Workload{SessionsFailover}
 
 // FailoverWorkloads are the workloads that disrupt the cluster while
 // Config.Clients loop on lock cycles.
@@ -48,12 +57,12 @@ var AllWorkloads = []Workload{Uncontended, Contended, ReadHeavy, ReadHeavyCache,
 
 // ParseWorkload returns the workload named s.
 func ParseWorkload(s string) (Workload, error) {
-	for _, w := range AllWorkloads {
+	for _, w := range append(AllWorkloads[:len(AllWorkloads):len(AllWorkloads)], OptInWorkloads...) {
 		if string(w) == s {
 			return w, nil
 		}
 	}
-	return "", fmt.Errorf("%w: unknown workload %q (known: %s)", ErrInvalidConfig, s, joinWorkloads(AllWorkloads))
+	return "", fmt.Errorf("%w: unknown workload %q (known: %s; opt-in: %s)", ErrInvalidConfig, s, joinWorkloads(AllWorkloads), joinWorkloads(OptInWorkloads))
 }
 
 func joinWorkloads(ws []Workload) string {
@@ -107,6 +116,10 @@ type Config struct {
 	// PauseFor is how long failover-pause keeps the master stopped. If
 	// zero, DefaultPauseFor (twice lockcell's master lease).
 	PauseFor time.Duration
+	// SessionsDisrupt is what sessions-failover does to the master:
+	// FailoverKill (SIGKILL) or FailoverStepDown (SIGTERM: a hand-over
+	// where the system does one). If empty, FailoverKill.
+	SessionsDisrupt Workload
 	// Replicas is the number of members of the system's cluster (the
 	// fail-over workloads pick members by it; Result.Replicas records it).
 	// If zero, DefaultReplicas.
@@ -156,7 +169,12 @@ func (c Config) populate() (Config, error) {
 	if c.Replicas == 0 {
 		c.Replicas = DefaultReplicas
 	}
+	if c.SessionsDisrupt == "" {
+		c.SessionsDisrupt = FailoverKill
+	}
 	switch {
+	case c.SessionsDisrupt != FailoverKill && c.SessionsDisrupt != FailoverStepDown:
+		return bad("sessions-failover disruption %q: want %s or %s", c.SessionsDisrupt, FailoverKill, FailoverStepDown)
 	case !ValidReplicas(c.Replicas):
 		return bad("replicas %d: want 3, 5 or 7", c.Replicas)
 	case c.Clients < 1 || c.Clients > MaxClients:
@@ -240,9 +258,17 @@ const (
 	MetricRSSPerSession    = "server_rss_kb_per_session"
 	MetricSessionsHeld     = "sessions_held"
 	MetricSessionsLost     = "sessions_lost"
-	MetricRecovery         = "recovery_ms"
-	MetricLongestGap       = "longest_gap_ms"
-	MetricLeader           = "leader"
+	// MetricSessionsSafe is the time from a sessions-failover's disruption
+	// until every session that did not end was safe and had heard from a
+	// master of a later term; MetricSessionsBehind is how many had not
+	// when the run gave up waiting (absent if none), and
+	// MetricSessionsUnsafeMax the most that were not safe at one sample.
+	MetricSessionsSafe      = "sessions_safe_ms"
+	MetricSessionsBehind    = "sessions_behind"
+	MetricSessionsUnsafeMax = "sessions_unsafe_max"
+	MetricRecovery          = "recovery_ms"
+	MetricLongestGap        = "longest_gap_ms"
+	MetricLeader            = "leader"
 	// Per-client outage: for each client, the longest gap between its
 	// successful lock cycles that overlaps the disruption; p50, p99 and
 	// max over the clients.
@@ -325,6 +351,8 @@ func Run(ctx context.Context, d Driver, cfg Config) (Result, error) {
 		err = runReadHeavy(ctx, d, cfg, &r)
 	case Sessions:
 		err = runSessions(ctx, d, cfg, &r)
+	case SessionsFailover:
+		err = runSessionsFailover(ctx, d, cfg, &r)
 	case FailoverKill, FailoverStepDown, FailoverPause, FailoverPartition, FailoverRolling:
 		err = runFailover(ctx, d, cfg, &r)
 	case Noisy:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/paxos"
@@ -23,14 +24,26 @@ func ctxError(ctx context.Context) *api.Error {
 	return apiErr(api.Canceled, "the request was canceled")
 }
 
+// proposalBackoff is the RetryAfter of a command the Paxos core refused
+// because too many already wait for a slot: about the time a few slots
+// take to be chosen, by when the backlog has moved.
+const proposalBackoff = 20 * time.Millisecond
+
 // proposeError maps a Paxos refusal to the wire: every one of them means
 // the command was definitely not chosen, so the client may retry it.
+//
+// The core's back-pressure (paxos.ErrBusy) is a shed, not an outage: it is
+// ResourceExhausted with a RetryAfter, as a full tenant queue is, so that a
+// client waits and asks again (a shed CreateSession is retried by the
+// client library) rather than treat the replica as failing (Unavailable
+// makes a client drop its connection, and with it every session's
+// KeepAlives on it).
 func (r *Replica) proposeError(err error) *api.Error {
 	switch {
 	case errors.Is(err, paxos.ErrNotLeader), errors.Is(err, paxos.ErrPreempted):
 		return r.notMaster()
 	case errors.Is(err, paxos.ErrBusy):
-		return apiErr(api.Unavailable, "the master is overloaded; retry after a short pause")
+		return api.RetryAfterError("the master's Paxos core has too many commands waiting for a slot; it is saturated", proposalBackoff)
 	case errors.Is(err, paxos.ErrOutcomeUnknown):
 		return apiErr(api.Unavailable, "the command's outcome is unknown (its slot was covered by a snapshot); read before retrying")
 	}
@@ -45,12 +58,12 @@ func (r *Replica) proposeError(err error) *api.Error {
 func (r *Replica) notMaster() *api.Error {
 	e := apiErr(api.NotMaster, "this replica is not the master")
 	if st := r.status.Load(); st != nil && st.Leader != 0 && uint64(st.Leader) != r.cfg.ID {
-		e.Master = r.addrOf(uint64(st.Leader))
+		e.Master = r.members.addrOf(uint64(st.Leader))
 	} else if s := r.successor.Load(); s != 0 && s != r.cfg.ID {
-		e.Master = r.addrOf(s)
+		e.Master = r.members.addrOf(s)
 		e.Msg = "this replica handed mastership over"
 	}
-	if d := r.mem.view.Load(); d != nil && d.retired(r.cfg.ID) {
+	if d := r.members.view(); d != nil && d.retired(r.cfg.ID) {
 		e.Msg = fmt.Sprintf("replica %d was removed from the cell (membership of slot %d: %s); it serves no clients", r.cfg.ID, d.Members.Index, d.Members.String())
 	}
 	return e

@@ -23,7 +23,7 @@ const MaxStreamKeepAlives = 1 << 16
 
 // kaStreamServer is the state of one KeepAlive stream being served.
 type kaStreamServer struct {
-	r        *Replica
+	d        *handlerDeps
 	s        *transport.ServerStream
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -72,8 +72,8 @@ var errTooManyKeepAlives = &api.Error{Code: api.ResourceExhausted,
 // A malformed frame ends the stream with a ReplyError frame; the
 // KeepAlives still parked then end with it (their sessions' leases were
 // renewed on arrival, as for a KeepAlive whose client went away).
-func (r *Replica) serveKeepAliveStream(ctx context.Context, s *transport.ServerStream, f transport.Frame) {
-	ss := &kaStreamServer{r: r, s: s}
+func (d *handlerDeps) serveKeepAliveStream(ctx context.Context, s *transport.ServerStream, f transport.Frame) {
+	ss := &kaStreamServer{d: d, s: s}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
 	defer ss.wg.Wait()
 	defer ss.cancel()
@@ -95,7 +95,7 @@ func (r *Replica) serveKeepAliveStream(ctx context.Context, s *transport.ServerS
 			if !ss.decode(f, &req) {
 				return
 			}
-			r.kaFrames.Add(1)
+			d.ka.frames.Add(1)
 			if !ss.reserve(len(req.KeepAlives)) {
 				reply := &api.KeepAliveBatchReply{Replies: make([]api.KeepAliveStreamReply, len(req.KeepAlives))}
 				for i, q := range req.KeepAlives {
@@ -136,13 +136,13 @@ func (ss *kaStreamServer) decode(f transport.Frame, v any) bool {
 // serveOne serves one KeepAlive of a KeepAlive stream and writes its
 // reply.
 func (ss *kaStreamServer) serveOne(req api.KeepAliveStreamRequest) {
-	r := ss.r
+	d := ss.d
 	defer ss.inflight.Add(-1)
-	c := &rpcCall{r: r, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
-	r.kaFrames.Add(1)
+	c := &rpcCall{d: d, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
+	d.ka.frames.Add(1)
 	start := time.Now()
-	resp, err := r.keepAliveCall(ss.ctx, c, &req.KeepAlive)
-	r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAlive, err, time.Since(start))
+	resp, err := d.keepAliveCall(ss.ctx, c, &req.KeepAlive)
+	d.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAlive, err, time.Since(start))
 	reply := &api.KeepAliveStreamReply{Call: req.Call}
 	if err != nil {
 		tarpit(ss.ctx, err)
@@ -165,11 +165,11 @@ func (ss *kaStreamServer) serveOne(req api.KeepAliveStreamRequest) {
 // nothing is tarpitted (a refused entry's RetryAfter tells its session
 // when to try again).
 func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
-	r := ss.r
+	d := ss.d
 	start := time.Now()
-	c := &rpcCall{r: r, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
+	c := &rpcCall{d: d, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
 	refused := make([]api.KeepAliveStreamReply, 0)
-	m, entries, calls, err := r.admitKeepAliveBatch(c, reqs, &refused)
+	m, entries, calls, err := d.admitKeepAliveBatch(c, reqs, &refused)
 	if err != nil {
 		ae := toAPIError(err)
 		for _, q := range reqs {
@@ -178,11 +178,11 @@ func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 	}
 	if len(entries) == 0 {
 		ss.inflight.Add(-int64(len(reqs)))
-		r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
+		d.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
 		ss.write(api.ReplyOK, &api.KeepAliveBatchReply{Replies: refused})
 		return
 	}
-	r.metrics.keepalives.Add(float64(len(entries)))
+	d.metrics.keepalives.Add(float64(len(entries)))
 
 	ss.jmu.Lock()
 	if pb := ss.parked; pb != nil && pb.m == m && pb.b.Join(entries) {
@@ -213,10 +213,10 @@ func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 		ss.jmu.Unlock()
 	}
 	ss.inflight.Add(-int64(len(reqs) - len(entries) + len(calls)))
-	r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
+	d.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
 	replies := refused
 	if err != nil {
-		ae := r.sessionError(err)
+		ae := d.sessionError(err)
 		for _, call := range calls {
 			replies = append(replies, api.KeepAliveStreamReply{Call: call, Err: ae})
 		}
@@ -227,7 +227,7 @@ func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 		for j, res := range res {
 			reply := api.KeepAliveStreamReply{Call: calls[j]}
 			if res.Err != nil {
-				reply.Err = r.sessionError(res.Err)
+				reply.Err = d.sessionError(res.Err)
 			} else {
 				reply.KeepAlive = keepAliveResponse(res.Reply)
 			}
@@ -279,7 +279,7 @@ func (ss *kaStreamServer) writeBatchReplies(replies []api.KeepAliveStreamReply) 
 // entries with their Calls, and appends a reply with its error for each
 // refused one to refused. It returns an error that applies to every entry
 // (this replica does not serve).
-func (r *Replica) admitKeepAliveBatch(c *rpcCall, reqs []api.KeepAliveStreamRequest, refused *[]api.KeepAliveStreamReply) (
+func (d *handlerDeps) admitKeepAliveBatch(c *rpcCall, reqs []api.KeepAliveStreamRequest, refused *[]api.KeepAliveStreamReply) (
 	*master, []session.BatchEntry, []uint64, error) {
 	m, err := c.needMaster()
 	if err != nil {
@@ -366,7 +366,7 @@ func keepAliveResponse(reply session.Reply) *api.KeepAliveResponse {
 
 // keepAliveCall serves one KeepAlive of a KeepAlive stream as the handler
 // of MethodKeepAlive does: admission as a KeepAlive, then the long-poll.
-func (r *Replica) keepAliveCall(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (*api.KeepAliveResponse, error) {
+func (d *handlerDeps) keepAliveCall(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (*api.KeepAliveResponse, error) {
 	if err := c.admit(req); err != nil {
 		return nil, err
 	}

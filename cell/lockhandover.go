@@ -78,7 +78,7 @@ func (c *rpcCall) proposeHandingOver(ctx context.Context, op namespace.Op, hs ha
 		err error
 	}
 	ch := make(chan outcome, 1)
-	c.r.pipe.submit(ctx, c.m, originRequest, c.caller, op, func(res namespace.Result, err error) {
+	c.d.submit(ctx, c.m, c.caller, op, func(res namespace.Result, err error) {
 		hs.settle(res, err)
 		ch <- outcome{res, err}
 	})

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,9 +121,9 @@ type Replica struct {
 	// promised is the promised ballot of the latest Ready that carried a
 	// HardState.
 	promised paxos.Ballot
-	// mem is the replica's share of membership change (membership.go,
-	// rpc_member.go): the directory and the changes in flight.
-	mem memberState
+	// members is the replica's share of membership change (membership.go):
+	// the directory and the changes in flight. Set before the loop starts.
+	members *membership
 }
 
 // Start opens the replica's store under cfg.DataDir, starts its endpoint
@@ -200,7 +199,7 @@ func (r *Replica) open(ctx context.Context) error {
 		return fmt.Errorf("cell: paxos log: %w", err)
 	}
 	r.lastSnap = uint64(snap.Slot)
-	pids := r.initialVoters()
+	pids := initialVoters(r.cfg)
 	r.node, err = paxos.NewNode(paxos.Config{
 		ID:             paxos.ID(r.cfg.ID),
 		Replicas:       pids,
@@ -220,7 +219,7 @@ func (r *Replica) open(ctx context.Context) error {
 	}
 	st := r.node.Status()
 	r.status.Store(&st)
-	if err := r.loadMembers(pids); err != nil {
+	if r.members, err = r.newMembershipOf(pids); err != nil {
 		return err
 	}
 	r.metrics = newMetrics(metricsSources{
@@ -241,9 +240,7 @@ func (r *Replica) open(ctx context.Context) error {
 	})
 	r.sums.record(r.ns.AppliedSlot(), r.ns.Checksum())
 	r.reportLoss(&st)
-	peers, _ := r.wantPeers(st.Members)
-	r.mem.synced = paxos.Membership{Voters: slices.Clone(st.Members.Voters), Learners: slices.Clone(st.Members.Learners), Index: st.Members.Index}
-	r.mem.syncedDir = r.mem.dir
+	peers := r.members.startPeers(st.Members)
 	r.ep, err = transport.Listen(ctx, transport.Config{
 		ID:                  r.cfg.ID,
 		Addr:                r.cfg.Replicas[r.cfg.ID],
@@ -251,7 +248,7 @@ func (r *Replica) open(ctx context.Context) error {
 		Peers:               peers,
 		CA:                  r.cfg.CA,
 		Certificate:         r.cfg.Certificate,
-		ClientHandler:       r.serveStream,
+		ClientHandler:       r.newHandlerDeps().serveStream,
 		MaxConnsPerIP:       r.cfg.MaxConnsPerIP,
 		MaxStreamsPerClient: r.cfg.MaxStreamsPerConn,
 		Faults:              r.cfg.Faults,
@@ -405,7 +402,7 @@ func (r *Replica) Status() Status {
 		KeepAliveFrames: r.kaFrames.Load(),
 		RefusedPeers:    r.ep.RefusedNotPeer(),
 	}
-	if d := r.mem.view.Load(); d != nil {
+	if d := r.members.view(); d != nil {
 		for _, id := range d.Members.Voters {
 			out.Voters = append(out.Voters, uint64(id))
 		}
@@ -613,7 +610,7 @@ func (r *Replica) run(ctx context.Context) {
 	defer close(r.done)
 	defer r.loseMaster("stopped")
 	defer r.pipe.stop()
-	defer r.stopMemberWaiters()
+	defer r.members.stop()
 	interval := r.tickInterval()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -837,7 +834,7 @@ func (r *Replica) execute(fx *effects) error {
 	}
 	// 6. Answer the proposals the core ended without applying them.
 	r.pipe.refuse(fx.refusals)
-	r.refuseMemberWaiters(fx.refusals)
+	r.members.refuse(fx.refusals)
 	// 7. Advance.
 	r.node.Advance(rd)
 	return nil
@@ -863,7 +860,7 @@ func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 	if err := r.ns.InstallSnapshot(bytes.NewReader(nsData)); err != nil {
 		return fmt.Errorf("installing snapshot at slot %d: %w", snap.Slot, err)
 	}
-	r.installDirectory(dir, snap)
+	r.members.install(dir, snap)
 	r.lastSnap = uint64(snap.Slot)
 	r.sums.record(uint64(snap.Slot), r.ns.Checksum())
 	r.metrics.snapshotsInstalled.Inc()
@@ -897,7 +894,7 @@ func (r *Replica) apply(e paxos.Entry) ([]namespace.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("applying slot %d: %w", e.Slot, err)
 	}
-	r.applyMembers(e)
+	r.members.apply(e)
 	if e.Value.Conf != nil {
 		results = nil // no namespace command to answer
 	} else if cellCmds {
@@ -919,7 +916,7 @@ func (r *Replica) maybeSnapshot() error {
 	if err != nil {
 		return fmt.Errorf("taking snapshot: %w", err)
 	}
-	snap, err := r.snapshotWithMembers(slot, buf.Bytes())
+	snap, err := r.members.snapshot(slot, buf.Bytes())
 	if err != nil {
 		return fmt.Errorf("taking snapshot: %w", err)
 	}
@@ -962,7 +959,7 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	}
 	r.leaseDeadline.Store(int64(deadline))
 	r.successor.Store(uint64(st.Successor))
-	r.syncPeers(st.Members)
+	r.members.syncPeers(st.Members)
 	r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
 	prev := r.status.Swap(&st)
 	r.metrics.observeStatus(prev, &st)
@@ -1120,6 +1117,11 @@ func (q quietPebbleLogger) Errorf(format string, args ...any) {
 func (q quietPebbleLogger) Fatalf(format string, args ...any) {
 	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 	os.Exit(1)
+}
+
+// admin is the caller the cell itself uses for its own commands.
+func (r *Replica) admin() namespace.Caller {
+	return namespace.Caller{Principal: r.cfg.AdminPrincipal}
 }
 
 // locksHeld counts the lock grants held in the applied state (metrics and

@@ -196,10 +196,10 @@ func (a *applier) createSession() (Reply, *api.Error, error) {
 	a.ctr.Session++
 	sid := a.ctr.Session
 	rec := &sessionRec{Tenant: a.c.Tenant, Principal: a.c.Principal, Created: a.now}
-	if err := a.set(sessionKey(sid), encodeRec(rec)); err != nil {
+	if err := a.create(sessionKey(sid), encodeRec(rec)); err != nil {
 		return nil, nil, err
 	}
-	if err := a.set(tenantSessionKey(a.c.Tenant, sid), nil); err != nil {
+	if err := a.create(tenantSessionKey(a.c.Tenant, sid), nil); err != nil {
 		return nil, nil, err
 	}
 	if err := a.adjust(a.c.Tenant, 0, 0, 1, 0); err != nil {

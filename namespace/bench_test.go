@@ -52,6 +52,24 @@ func BenchmarkApplyCreate(b *testing.B) {
 	reportCmds(b, n)
 }
 
+// BenchmarkApplyCreateSession: each iteration is one slot of 64
+// CreateSessions (about what a master packs into a slot while thousands
+// of sessions are opened); bench/scripts/open-cost.sh counts the
+// instructions per creation under callgrind.
+func BenchmarkApplyCreateSession(b *testing.B) {
+	const perSlot = 64
+	e := benchEnv(b)
+	raw := make([][]byte, perSlot)
+	for j := range raw {
+		raw[j] = encode(b, Command{Time: e.now, Caller: alice, Op: &CreateSession{}})
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e.applyRaw(b, raw)
+	}
+	reportCmds(b, b.N*perSlot)
+}
+
 func BenchmarkApplySetContents(b *testing.B) {
 	e := benchEnv(b)
 	for i := 0; i < benchBatch; i++ {

@@ -1,0 +1,175 @@
+package cell_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/cell/celltest"
+	"github.com/lockcell/lockcell/client"
+)
+
+// Targets of TestFailoverKeepsManySessions, in simulated time.
+const (
+	// failoverSessions is how many sessions the cell holds across the
+	// kill, failoverClients the client processes (one connection each)
+	// they are spread over.
+	failoverSessions = 3000
+	failoverClients  = 6
+	// failoverSettle bounds the time from the kill until every session
+	// has heard from the new master: its master lease running out (under
+	// a second), an election and the KeepAlive storm of every session at
+	// once. It is well inside a session lease (12 s): no client needs its
+	// grace period.
+	failoverSettle = 5 * time.Second
+)
+
+// TestFailoverKeepsManySessions: a five-replica cell holds a few thousand
+// idle sessions from several clients when its master crashes (no
+// hand-over). The new master takes over every session (it finds them in
+// the applied state and extends their leases before it serves) and
+// absorbs the KeepAlives of all of them arriving at once, with their
+// fail-over acknowledgements:
+//
+//   - no session ends, and none leaves the safe state, at any 50 ms
+//     sample from the crash until a session lease after it has passed;
+//   - within failoverSettle of the crash every session has been answered
+//     by the new master (its epoch is the new master's);
+//   - the new master holds every session and expired none.
+//
+// Floors: every session is judged at every sample, and the master
+// changed.
+func TestFailoverKeepsManySessions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		sessions := openAcross(t, ctx, c, failoverSessions, failoverClients)
+		old, err := c.WaitMaster(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := c.Config(old.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease := cfg.SessionLease
+		if lease <= 0 {
+			lease = 12 * time.Second
+		}
+		// Settle: every session's KeepAlives have joined their
+		// connection's batch.
+		time.Sleep(lease / 2)
+		oldEpoch := old.Status().Epoch
+		if n := judge(t, sessions, "before the crash", 0); n != failoverSessions {
+			t.Fatalf("%d sessions on epoch %d before the crash, want %d", n, oldEpoch, failoverSessions)
+		}
+
+		crashed := time.Now()
+		c.Crash(old.ID())
+		var (
+			next    *cell.Replica
+			settled time.Duration
+			samples int
+		)
+		for time.Since(crashed) < lease+2*time.Second {
+			time.Sleep(50 * time.Millisecond)
+			if next == nil {
+				if m := c.Master(); m != nil && m.ID() != old.ID() {
+					next = m
+				}
+			}
+			var epoch uint64
+			if next != nil {
+				epoch = next.Status().Epoch
+			}
+			moved := judge(t, sessions, fmt.Sprintf("%v after the crash", time.Since(crashed)), epoch)
+			samples++
+			if settled == 0 && next != nil && moved == failoverSessions {
+				settled = time.Since(crashed)
+			}
+		}
+		if next == nil {
+			t.Fatalf("no replica but the crashed %d became master", old.ID())
+		}
+		st := next.Status()
+		expiries := metricValue(next.MetricsText(), "lockcell_session_expiries_total")
+		t.Logf("replica %d crashed holding %d sessions; replica %d (epoch %d) answered all of them %v after the crash; it holds %d sessions and expired %v; %d samples",
+			old.ID(), failoverSessions, next.ID(), st.Epoch, settled, st.Sessions, expiries, samples)
+		if st.Epoch == oldEpoch {
+			t.Fatalf("the new master serves epoch %d, the crashed master's", st.Epoch)
+		}
+		if settled == 0 || settled > failoverSettle {
+			t.Errorf("every session answered by the new master %v after the crash (0: never); want within %v", settled, failoverSettle)
+		}
+		if st.Sessions != failoverSessions || expiries != 0 {
+			t.Errorf("the new master holds %d sessions and expired %v; want %d and none", st.Sessions, expiries, failoverSessions)
+		}
+		c.Restart(old.ID())
+	})
+}
+
+// openAcross opens n sessions spread over clients client connections (one
+// principal each), 32 CreateSessions in flight per client.
+func openAcross(t *testing.T, ctx context.Context, c *celltest.Cell, n, clients int) []*client.Session {
+	t.Helper()
+	out := make([]*client.Session, n)
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+		fail atomic.Pointer[error]
+	)
+	for k := range clients {
+		cl := c.Dial(ctx, c.ClientConfig("", fmt.Sprintf("p%d", k)))
+		for range 32 {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= n || fail.Load() != nil {
+						return
+					}
+					s, err := cl.NewSession(ctx)
+					if err != nil {
+						err = fmt.Errorf("session %d: %w", i, err)
+						fail.Store(&err)
+						return
+					}
+					out[i] = s
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if err := fail.Load(); err != nil {
+		t.Fatal(*err)
+	}
+	return out
+}
+
+// judge fails the test unless every session is alive and safe, and
+// returns how many have heard from the master of epoch (0: count none).
+func judge(t *testing.T, sessions []*client.Session, when string, epoch uint64) int {
+	t.Helper()
+	moved, judged := 0, 0
+	for i, s := range sessions {
+		if err := s.Err(); err != nil {
+			t.Fatalf("%s: session %d (%d of %d) ended: %v", when, s.ID(), i, len(sessions), err)
+		}
+		if st := s.State(); st != client.StateSafe {
+			t.Fatalf("%s: session %d (%d of %d) is %v, want safe", when, s.ID(), i, len(sessions), st)
+		}
+		judged++
+		if epoch == 0 || s.Epoch() == epoch {
+			moved++
+		}
+	}
+	if judged != len(sessions) {
+		t.Fatalf("%s: judged %d sessions of %d", when, judged, len(sessions))
+	}
+	return moved
+}
