@@ -253,9 +253,11 @@ func (s *Session) finish(st State, cause error) {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.nudge() // the loop forgets its KeepAlives
 	s.c.removeSession(s)
+	// Done closes before the event is queued: whoever sees the event finds
+	// Done closed.
+	close(s.done)
 	s.emit(Event{Kind: EventExpired})
 	s.wakeWatchers("")
-	close(s.done)
 }
 
 // changedLocked wakes everyone waiting for a state or epoch change.
