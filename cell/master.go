@@ -106,24 +106,20 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		hook:     r.cfg.headOutcomeHook,
 		twoRound: func() bool { return r.cfg.twoRoundHandOver || len(r.featureMissing(m, FeatureHandOver)) > 0 },
 	})
-	admin := r.admin()
-	tenants, err := r.ns.ListTenants(admin)
+	// Every session of every tenant, in one ordered scan of the session
+	// records: this runs on the run loop while the new master's lease
+	// runs, and with 100,000 sessions a scan per tenant's index and a
+	// point read per session took about four times as long.
+	list, err := r.ns.ListSessions(r.admin(), "")
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	var ids []session.ID
-	for _, t := range tenants {
-		list, err := r.ns.ListSessions(admin, t.Name)
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		for _, s := range list {
-			m.owners.add(s.ID, namespace.Caller{Tenant: s.Tenant, Principal: s.Principal})
-			ids = append(ids, session.ID(s.ID))
-		}
+	ids := make([]session.ID, len(list))
+	for i, s := range list {
+		ids[i] = session.ID(s.ID)
 	}
+	m.owners.addAll(list)
 	// Every session the previous master may have been keeping alive gets a
 	// full lease from now and a fail-over event (Chubby §2.9).
 	if err := mgr.Start(true, ids); err != nil {
