@@ -104,6 +104,23 @@
 // this replica's (ErrWrongCertificate), and a start that fails removes
 // what it created (datadir.go).
 //
+// # Parts and wiring
+//
+// Beside the run loop, the replica's work is done by parts that never hold
+// the *Replica: each takes the narrow dependencies it needs, as functions
+// or small interfaces, and is built and tested alone. They are the RPC
+// handlers (handlerDeps, rpc.go: one file per family, rpc_*.go, the
+// KeepAlive stream in kastream.go), the membership (membership.go), the
+// propose pipeline (pipeline.go), the master role and its parts (master.go
+// and the files above), the metrics (metrics.go) and the status page
+// (statuspage.go). wire.go builds the handlers, the membership, the
+// pipeline and the master role from the replica's state; the metrics and
+// the status page get their sources where the replica opens and mounts
+// them (replica.go, http.go). internal/lint's TestCellPartsReachNoReplica
+// keeps the parts' files free of the *Replica. The replica's own concerns (its status, progress reports, rebuild,
+// the HTTP listener, backups, the watchdog) are its methods, each in its
+// own file.
+//
 // # Concurrency and life cycle
 //
 // Start opens the store and starts the loop; Close stops it. RPC handlers
