@@ -86,7 +86,7 @@ func TestCancelledAcquireLeavesNoWaiter(t *testing.T) {
 	}()
 	waitWaiters(t, ctx, tc, 1)
 	cancelB()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	if err := recv(t, ctx, "the cancelled Acquire to return", errc); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Acquire: %v; want context.Canceled", err)
 	}
 	waitWaiters(t, ctx, tc, 0)
