@@ -105,6 +105,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		waiting:  func(d int) { r.metrics.waiters.Add(float64(d)) },
 		hook:     r.cfg.headOutcomeHook,
 		twoRound: func() bool { return r.cfg.twoRoundHandOver || len(r.featureMissing(m, FeatureHandOver)) > 0 },
+		runs:     func() bool { return len(r.featureMissing(m, FeatureHandOverRun)) == 0 },
 	})
 	admin := r.admin()
 	tenants, err := r.ns.ListTenants(admin)
