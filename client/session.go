@@ -93,6 +93,8 @@ type Session struct {
 		changed  chan struct{} // closed and replaced on a state or epoch change
 		// locks are the locks held as far as the session knows; a lock
 		// leaves the set (with Lock.gone set) the moment it may be lost.
+		// It and watch (the watchers by path) are made at their first
+		// entry: most sessions hold no lock and watch nothing.
 		locks   map[*Lock]struct{}
 		watch   map[string]map[chan struct{}]struct{}
 		dropped uint64
@@ -125,8 +127,6 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	s.mu.leaseEnd = sent.Add(s.shorten(grant))
 	s.mu.epoch = resp.Epoch
 	s.mu.changed = make(chan struct{})
-	s.mu.locks = map[*Lock]struct{}{}
-	s.mu.watch = map[string]map[chan struct{}]struct{}{}
 	s.cache = newCache(c.cfg.Cache)
 	s.ka = newLoop(s, grant, time.Duration(resp.Cadence))
 	if !c.addSession(s) {
