@@ -50,21 +50,20 @@ import (
 // ctx ends first (also while waiting out jeopardy), and *api.Error values
 // from the cell.
 type Session struct {
-	c        *Client
-	cfg      Config
-	id       uint64
-	tenant   string
-	princ    string
-	ka       *loop         // the session's KeepAlive state (kaloop.go)
-	stop     chan struct{} // closed to end the loop
-	stopOnce sync.Once
-	closing  atomic.Bool   // Close has begun: the end is a close, not an expiry
-	done     chan struct{} // closed when the session is finished
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	cache    *cache
-	clock    monotime.Clock
-	subs     subscriptions // the handles subscribed to events, by path
+	c       *Client
+	cfg     Config
+	id      uint64
+	tenant  string
+	princ   string
+	ka      *loop         // the session's KeepAlive state (kaloop.go)
+	stopped atomic.Bool   // the session ended: the loop forgets it
+	closing atomic.Bool   // Close has begun: the end is a close, not an expiry
+	done    chan struct{} // closed when the session is finished
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	cache   *cache
+	clock   monotime.Clock
+	subs    subscriptions // the handles subscribed to events, by path
 	// holdKA makes this session lose the replies to its KeepAlives: each
 	// waits, unanswered, until it is given up (only this package's tests
 	// set it: HoldKeepAlives).
@@ -117,7 +116,6 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	}
 	s := &Session{
 		c: c, cfg: c.cfg, id: resp.Session, tenant: resp.Tenant, princ: resp.Principal,
-		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		clock: c.cfg.clock,
 	}
@@ -250,7 +248,7 @@ func (s *Session) finish(st State, cause error) {
 	}
 	s.cache.disable()
 	s.cancel(cause)
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.stopped.Store(true)
 	s.nudge() // the loop forgets its KeepAlives
 	s.c.removeSession(s)
 	// Done closes before the event is queued: whoever sees the event finds
