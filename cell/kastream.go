@@ -29,16 +29,28 @@ type kaStreamServer struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	inflight atomic.Int64 // KeepAlives parked or being answered
-	wmu      sync.Mutex
+	// wmu serializes the reply frames' writes: it holds one token while a
+	// frame is written. It is a channel, not a sync.Mutex, so that a
+	// writer waiting for it gives up when the stream ends, and, under
+	// testing/synctest, waits durably: a goroutine blocked on a mutex
+	// keeps the bubble's clock from advancing, and a large frame's write
+	// may wait for QUIC's timers (pacing, flow control) to let it finish,
+	// so the two would wait for each other for ever.
+	wmu chan struct{}
 
 	jmu    sync.Mutex
 	parked *parkedBatch // guarded by jmu; the batch later frames join
 }
 
-// write writes one reply frame; a failure ends the stream.
+// write writes one reply frame; a failure ends the stream. A frame whose
+// turn comes after the stream ended is not written.
 func (ss *kaStreamServer) write(tag uint16, v any) {
-	ss.wmu.Lock()
-	defer ss.wmu.Unlock()
+	select {
+	case ss.wmu <- struct{}{}:
+	case <-ss.ctx.Done():
+		return
+	}
+	defer func() { <-ss.wmu }()
 	if err := ss.s.WriteFrame(ss.ctx, tag, v); err != nil {
 		ss.cancel() // the stream is broken: end the rest
 	}
@@ -73,7 +85,7 @@ var errTooManyKeepAlives = &api.Error{Code: api.ResourceExhausted,
 // KeepAlives still parked then end with it (their sessions' leases were
 // renewed on arrival, as for a KeepAlive whose client went away).
 func (d *handlerDeps) serveKeepAliveStream(ctx context.Context, s *transport.ServerStream, f transport.Frame) {
-	ss := &kaStreamServer{d: d, s: s}
+	ss := &kaStreamServer{d: d, s: s, wmu: make(chan struct{}, 1)}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
 	defer ss.wg.Wait()
 	defer ss.cancel()

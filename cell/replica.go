@@ -113,6 +113,9 @@ type Replica struct {
 	err      error
 	closeOne sync.Once
 
+	// logw writes the Paxos log off the run loop (logwriter.go).
+	logw *logWriter
+
 	// Loop-owned state: touched only by the run loop goroutine.
 	node     *paxos.Node
 	lastSnap uint64
@@ -124,6 +127,9 @@ type Replica struct {
 	// members is the replica's share of membership change (membership.go):
 	// the directory and the changes in flight. Set before the loop starts.
 	members *membership
+	// lastWrite is the WriteID of the latest write handed to the log
+	// writer.
+	lastWrite uint64
 }
 
 // Start opens the replica's store under cfg.DataDir, starts its endpoint
@@ -186,6 +192,8 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	r.cancel, r.stopping = cancel, loopCtx.Done()
 	r.guardDone = make(chan struct{})
 	r.watchDone = make(chan struct{})
+	r.logw = newLogWriter(r.store, cfg.SyncDelay, r.metrics.fsync.Observe)
+	r.logw.start()
 	go r.run(loopCtx)
 	go r.syncGuard(loopCtx)
 	go r.watchLoop(loopCtx, r.watchDone)
@@ -213,6 +221,7 @@ func (r *Replica) open(ctx context.Context) error {
 		Storage:        r.logdb,
 		Applied:        paxos.Slot(r.ns.AppliedSlot()),
 		Rebuild:        r.store.loss != nil,
+		AsyncWrites:    true,
 	})
 	if err != nil {
 		return fmt.Errorf("cell: paxos: %w", err)
@@ -605,9 +614,11 @@ func (r *Replica) syncGuard(ctx context.Context) {
 }
 
 // run is the replica's event loop: the only goroutine that touches the
-// Paxos node, writes the Paxos log and applies to the namespace.
+// Paxos node and applies to the namespace. It hands the Paxos log's writes
+// to the log writer (logwriter.go) and goes on while they are fsynced.
 func (r *Replica) run(ctx context.Context) {
 	defer close(r.done)
+	defer r.logw.stop()
 	defer r.loseMaster("stopped")
 	defer r.pipe.stop()
 	defer r.members.stop()
@@ -646,9 +657,18 @@ func (r *Replica) run(ctx context.Context) {
 		case f := <-r.ctlC:
 			r.watch.begin()
 			f()
+		case <-r.logw.done:
+			r.watch.begin()
+			if err := r.persisted(); err != nil {
+				r.fail(err)
+				return
+			}
 		}
 		r.checkHandOver()
-		if err := r.processReady(); err != nil {
+		if err := r.processReady(ctx); err != nil {
+			if ctx.Err() != nil {
+				return // Close ended a wait for the log writer: not a failure
+			}
 			r.fail(err)
 			return
 		}
@@ -659,6 +679,28 @@ func (r *Replica) run(ctx context.Context) {
 		r.afterStep(lastTick, interval)
 		r.watch.end()
 	}
+}
+
+// persisted tells the core how far the log writer has carried out its
+// writes, or returns the writer's error.
+func (r *Replica) persisted() error {
+	if err := r.logw.err(); err != nil {
+		return err
+	}
+	if err := r.node.Persisted(r.logw.durable.Load()); err != nil {
+		return fmt.Errorf("paxos core: %w", err)
+	}
+	return nil
+}
+
+// barrier waits until the log writer has carried out every write handed to
+// it, and tells the core. The loop calls it before it writes the log
+// itself (a snapshot), so that writes never overtake each other.
+func (r *Replica) barrier(ctx context.Context) error {
+	if _, err := r.logw.barrier(ctx, r.lastWrite); err != nil {
+		return err
+	}
+	return r.persisted()
 }
 
 // tickInterval is this replica's tick (scaled by ClockScale in tests).
@@ -712,13 +754,13 @@ type effects struct {
 	// promised ballot other than the last one persisted.
 	soft       *paxos.SoftState
 	newPromise bool
-	// early are the messages that depend on nothing this Ready persists
-	// (a leader's Accepts, chosen values: see
-	// paxos.Message.DependsOnPersist); late are the others.
-	early, late []paxos.Message
-	// persist reports hard state or entries to save, fsynced if mustSync.
-	persist  bool
-	mustSync bool
+	// msgs are the messages to send: with paxos.Config.AsyncWrites every
+	// one may leave at once (the core holds back the answers that depend
+	// on a write in flight until it is durable).
+	msgs []paxos.Message
+	// write is the hard state and entries to hand to the log writer
+	// (write.id 0: none), fsynced if write.sync.
+	write logWrite
 	// snapshot, chosen: state to install, slots to apply, in this order.
 	snapshot paxos.Snapshot
 	chosen   []paxos.Entry
@@ -731,35 +773,33 @@ type effects struct {
 func (r *Replica) effectsOf(rd paxos.Ready) *effects {
 	fx := &effects{rd: rd, soft: rd.SoftState, snapshot: rd.Snapshot, chosen: rd.Chosen, refusals: rd.Outcomes}
 	fx.newPromise = !rd.HardState.IsEmpty() && rd.HardState.Promised != r.promised
-	for _, m := range rd.Messages {
-		if m.DependsOnPersist() {
-			fx.late = append(fx.late, m)
-		} else {
-			fx.early = append(fx.early, m)
-		}
+	fx.msgs = rd.Messages
+	if rd.WriteID != 0 {
+		fx.write = logWrite{id: rd.WriteID, hs: rd.HardState, ents: rd.Entries, sync: rd.MustSync}
 	}
-	fx.persist = !rd.HardState.IsEmpty() || len(rd.Entries) > 0
-	fx.mustSync = rd.MustSync
 	return fx
 }
 
 // processReady carries out the core's Ready batches.
-func (r *Replica) processReady() error {
+func (r *Replica) processReady(ctx context.Context) error {
 	for r.node.HasReady() {
-		if err := r.execute(r.effectsOf(r.node.Ready())); err != nil {
+		if err := r.execute(ctx, r.effectsOf(r.node.Ready())); err != nil {
 			return err
 		}
 	}
-	return r.maybeSnapshot()
+	return r.maybeSnapshot(ctx)
 }
 
 // execute carries out one Ready's effects in the order paxos/doc.go
-// prescribes: note the role → send what may go early → persist (fsync) →
-// send the rest → end the master role → install snapshot → apply, command
-// by command: the master role follows the state, then the proposer gets
-// the result → answer the refused proposals → Advance. It is the one place
-// that order is written.
-func (r *Replica) execute(fx *effects) error {
+// prescribes for a core that writes asynchronously: note the role → hand
+// the write to the log writer → send (the core has held back whatever
+// depends on a write in flight) → end the master role → install snapshot
+// (once every write handed over is carried out) → apply, command by
+// command: the master role follows the state, then the proposer gets the
+// result → answer the refused proposals → Advance. The write's completion
+// comes back later, on the log writer's done channel (Replica.persisted).
+// It is the one place that order is written.
+func (r *Replica) execute(ctx context.Context, fx *effects) error {
 	rd := fx.rd
 	// 0. A Ready that ends mastership stops serving before any of its
 	// messages leave (masterGone).
@@ -773,31 +813,18 @@ func (r *Replica) execute(fx *effects) error {
 		st := r.node.Status()
 		r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
 	}
-	// 1. Messages that depend on nothing persisted leave first, so that
-	// the leader's own fsync overlaps its followers'.
-	for _, m := range fx.early {
+	// 1. Hand the write to the log writer; the loop does not wait for it.
+	if fx.write.id != 0 {
+		r.logw.enqueue(fx.write)
+		r.lastWrite = fx.write.id
+	}
+	// 2. Send. A leader's Accepts leave while its own write is in flight,
+	// so that its fsync overlaps its followers'.
+	for _, m := range fx.msgs {
 		r.send(m)
 	}
-	// 2. Persist.
-	if fx.persist {
-		t0 := time.Now()
-		if fx.mustSync && r.cfg.SyncDelay > 0 {
-			time.Sleep(r.cfg.SyncDelay)
-		}
-		if err := r.logdb.Save(rd.HardState, rd.Entries, fx.mustSync); err != nil {
-			return fmt.Errorf("saving paxos state: %w", err)
-		}
-		if fx.mustSync {
-			r.metrics.fsync.Observe(time.Since(t0).Seconds())
-			if err := r.store.recordGuard(false); err != nil {
-				return err
-			}
-		}
-	}
-	// 3. Send the rest.
-	for _, m := range fx.late {
-		r.send(m)
-	}
+	// 3. (Answers that depend on a write leave in a later Ready, once the
+	// log writer reports it durable.)
 	// 4. End the master role once the successor has been told.
 	if endRole {
 		why := "leadership lost"
@@ -806,8 +833,12 @@ func (r *Replica) execute(fx *effects) error {
 		}
 		r.loseMaster(why)
 	}
-	// 5. Install a snapshot, then apply chosen slots in order.
+	// 5. Install a snapshot, once every write handed over is carried out
+	// (it replaces the log below it), then apply chosen slots in order.
 	if !fx.snapshot.IsEmpty() {
+		if err := r.barrier(ctx); err != nil {
+			return err
+		}
 		if err := r.installSnapshot(fx.snapshot); err != nil {
 			return err
 		}
@@ -906,10 +937,14 @@ func (r *Replica) apply(e paxos.Entry) ([]namespace.Result, error) {
 }
 
 // maybeSnapshot compacts the Paxos log every SnapshotEvery applied slots.
-func (r *Replica) maybeSnapshot() error {
+func (r *Replica) maybeSnapshot(ctx context.Context) error {
 	applied := r.ns.AppliedSlot()
 	if applied < r.lastSnap+r.cfg.SnapshotEvery {
 		return nil
+	}
+	// The snapshot's write must not overtake a write handed over before.
+	if err := r.barrier(ctx); err != nil {
+		return err
 	}
 	var buf bytes.Buffer
 	slot, err := r.ns.Snapshot(&buf)
@@ -1079,7 +1114,7 @@ func (r *Replica) awaitTakeOver(ctx context.Context) *master {
 }
 
 func (r *Replica) becomeMaster(st paxos.Status) {
-	m, err := newMaster(r, uint64(st.Epoch))
+	m, err := newMaster(r.masterDeps(uint64(st.Epoch)), uint64(st.Epoch))
 	if err != nil {
 		r.log.Error("cannot start the master role", "err", err)
 		return

@@ -2,10 +2,12 @@ package cell
 
 import (
 	"context"
+	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
+	"github.com/lockcell/lockcell/session"
 )
 
 // The one place the replica wires its parts that serve beside the run
@@ -37,6 +39,53 @@ func (r *Replica) newMembershipOf(initial []paxos.ID) (*membership, error) {
 		},
 		retry: r.tickInterval(),
 	}, r.logdb, r.ns.AppliedSlot())
+}
+
+// replicaPipeline wires the pipeline to r.
+func (r *Replica) replicaPipeline() *pipeline {
+	return newPipeline(pipelineEnv{
+		master: func() (*master, bool) {
+			m := r.master.Load()
+			return m, m != nil && r.node.Status().Master
+		},
+		propose:   r.node.Propose,
+		stamp:     r.clock.stamp,
+		notMaster: func() error { return r.notMaster() },
+		refused:   func(err error) error { return r.proposeError(err) },
+		proposed:  r.metrics.proposals.Inc,
+		applied:   func(d time.Duration) { r.metrics.commitLatency.Observe(d.Seconds()) },
+	})
+}
+
+// masterDeps is what the master role of epoch needs of this replica
+// (master.go); becomeMaster builds a role with it.
+func (r *Replica) masterDeps(epoch uint64) masterDeps {
+	return masterDeps{
+		log:          r.log,
+		metrics:      r.metrics,
+		state:        r.ns,
+		cellCaller:   r.admin(),
+		submit:       r.pipe.submit,
+		wake:         r.pipe.poke,
+		load:         r.pipe.load,
+		notMaster:    r.notMaster,
+		sessionError: r.sessionError,
+		rebase:       r.clock.rebase,
+		now:          r.clock.now,
+		sessions: session.Config{Lease: r.cfg.SessionLease, MaxLease: r.cfg.MaxSessionLease,
+			KeepAliveCadence: max(r.cfg.KeepAliveCadence, 0), Epoch: epoch, Logger: r.log},
+		maxExtension: r.cfg.MaxSessionLease - r.cfg.SessionLease,
+		readCap:      r.cfg.TenantReadConcurrency,
+		queue:        r.cfg.TenantQueue,
+		window:       r.cfg.ProposalWindow,
+		hook:         r.cfg.headOutcomeHook,
+		twoRound: func(m *master) bool {
+			return r.cfg.twoRoundHandOver || len(r.featureMissing(m, FeatureHandOver)) > 0
+		},
+		handOverRuns: func(m *master) bool {
+			return len(r.featureMissing(m, FeatureHandOverRun)) == 0
+		},
+	}
 }
 
 // newHandlerDeps builds what the RPC handlers reach the replica by
