@@ -94,9 +94,16 @@ func measureIdleSessions(t *testing.T, n int, idle time.Duration) idleCost {
 	return out
 }
 
+// The most an idle session may cost its client.
+const (
+	maxGoroutinesPerIdle = 0.05
+	maxBytesPerIdle      = 5 << 10
+)
+
 // TestIdleSessionCost measures what idle sessions cost their client: live
 // heap and goroutines per session (LOCKCELL_IDLE_SESSIONS sets how many,
-// LOCKCELL_IDLE_SECONDS how long they idle, 60 s unless set).
+// LOCKCELL_IDLE_SECONDS how long they idle, 60 s unless set), and fails
+// if they cost more than maxGoroutinesPerIdle and maxBytesPerIdle.
 func TestIdleSessionCost(t *testing.T) {
 	n := 1000
 	if v := os.Getenv("LOCKCELL_IDLE_SESSIONS"); v != "" {
@@ -114,6 +121,18 @@ func TestIdleSessionCost(t *testing.T) {
 		idle = time.Duration(sec) * time.Second
 	}
 	r := measureIdleSessions(t, n, idle)
+	// Floor: closing the client freed the sessions (a Session, its
+	// KeepAlive state and its context are over a kilobyte), so the figures
+	// measured them.
+	if r.bytesPer < 768 {
+		t.Fatalf("closing the client freed %.0f bytes per session: the sessions were not measured", r.bytesPer)
+	}
+	// The client drives all its sessions from one loop: an idle session
+	// costs its structs, no goroutine of its own.
+	if r.goroutinesPer > maxGoroutinesPerIdle || r.bytesPer > maxBytesPerIdle {
+		t.Errorf("an idle session costs its client %.2f goroutines and %.0f bytes; want at most %.2f and %d",
+			r.goroutinesPer, r.bytesPer, maxGoroutinesPerIdle, maxBytesPerIdle)
+	}
 	t.Logf("%d idle sessions on one client: %.0f bytes and %.2f goroutines per session on the client; client and master together: %.0f bytes and %.0f allocations per open, %.2f allocations per session-second idle",
 		r.n, r.bytesPer, r.goroutinesPer, r.openBytes, r.openAllocs, r.idleAllocs)
 }

@@ -50,21 +50,20 @@ import (
 // ctx ends first (also while waiting out jeopardy), and *api.Error values
 // from the cell.
 type Session struct {
-	c        *Client
-	cfg      Config
-	id       uint64
-	tenant   string
-	princ    string
-	ka       *loop         // the session's KeepAlive state (kaloop.go)
-	stop     chan struct{} // closed to end the loop
-	stopOnce sync.Once
-	closing  atomic.Bool   // Close has begun: the end is a close, not an expiry
-	done     chan struct{} // closed when the session is finished
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	cache    *cache
-	clock    monotime.Clock
-	subs     subscriptions // the handles subscribed to events, by path
+	c       *Client
+	cfg     Config
+	id      uint64
+	tenant  string
+	princ   string
+	ka      *loop         // the session's KeepAlive state (kaloop.go)
+	stopped atomic.Bool   // the session ended: the loop forgets it
+	closing atomic.Bool   // Close has begun: the end is a close, not an expiry
+	done    chan struct{} // closed when the session is finished
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	cache   *cache
+	clock   monotime.Clock
+	subs    subscriptions // the handles subscribed to events, by path
 	// holdKA makes this session lose the replies to its KeepAlives: each
 	// waits, unanswered, until it is given up (only this package's tests
 	// set it: HoldKeepAlives).
@@ -93,6 +92,8 @@ type Session struct {
 		changed  chan struct{} // closed and replaced on a state or epoch change
 		// locks are the locks held as far as the session knows; a lock
 		// leaves the set (with Lock.gone set) the moment it may be lost.
+		// It and watch (the watchers by path) are made at their first
+		// entry: most sessions hold no lock and watch nothing.
 		locks   map[*Lock]struct{}
 		watch   map[string]map[chan struct{}]struct{}
 		dropped uint64
@@ -115,7 +116,6 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	}
 	s := &Session{
 		c: c, cfg: c.cfg, id: resp.Session, tenant: resp.Tenant, princ: resp.Principal,
-		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		clock: c.cfg.clock,
 	}
@@ -125,8 +125,6 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	s.mu.leaseEnd = sent.Add(s.shorten(grant))
 	s.mu.epoch = resp.Epoch
 	s.mu.changed = make(chan struct{})
-	s.mu.locks = map[*Lock]struct{}{}
-	s.mu.watch = map[string]map[chan struct{}]struct{}{}
 	s.cache = newCache(c.cfg.Cache)
 	s.ka = newLoop(s, grant, time.Duration(resp.Cadence))
 	if !c.addSession(s) {
@@ -250,7 +248,7 @@ func (s *Session) finish(st State, cause error) {
 	}
 	s.cache.disable()
 	s.cancel(cause)
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.stopped.Store(true)
 	s.nudge() // the loop forgets its KeepAlives
 	s.c.removeSession(s)
 	// Done closes before the event is queued: whoever sees the event finds

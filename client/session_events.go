@@ -74,6 +74,9 @@ func (s *Session) watchPath(path string) (<-chan struct{}, func()) {
 	m := s.mu.watch[path]
 	if m == nil {
 		m = map[chan struct{}]struct{}{}
+		if s.mu.watch == nil {
+			s.mu.watch = map[string]map[chan struct{}]struct{}{}
+		}
 		s.mu.watch[path] = m
 	}
 	m[ch] = struct{}{}

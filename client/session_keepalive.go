@@ -128,14 +128,8 @@ func (l *loop) stop() {
 	l.endFind()
 }
 
-func (s *Session) isFinal() bool {
-	select {
-	case <-s.stop:
-		return true
-	default:
-		return false
-	}
-}
+// isFinal reports whether the session ended (its KeepAlives stop).
+func (s *Session) isFinal() bool { return s.stopped.Load() }
 
 // probeLead is how long before the local lease ends a renewal is proved
 // by a pair of KeepAlives, if the parked one has not been answered. The

@@ -73,6 +73,9 @@ func (s *Session) addLock(l *Lock) error {
 	var cause error
 	switch s.mu.state {
 	case StateSafe:
+		if s.mu.locks == nil {
+			s.mu.locks = map[*Lock]struct{}{}
+		}
 		s.mu.locks[l] = struct{}{}
 	case StateJeopardy:
 		cause = ErrJeopardy
