@@ -12,7 +12,7 @@ PEERS_DURATION ?= 10s
 PEERS_SESSIONS ?= 10000
 PEERS_REPLICAS ?= 5
 
-.PHONY: all test test-race lint sim sim-cell fuzz bench bench-cpu bench-peers nemesis run run-procs build clean
+.PHONY: all test test-race test-time lint sim sim-cell fuzz bench bench-cpu bench-peers nemesis run run-procs build clean
 
 all: build
 
@@ -20,12 +20,25 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 
 ## test: the whole suite (under 10 minutes on 2 cores), with invariant checks on.
+## The packages whose tests take longest start first (TEST_FIRST; go test
+## keeps each package once), so that the last one does not run alone
+## while the other core idles; make test-time measures them.
+TEST_FIRST ?= ./tools/nemesis ./client ./cmd/lockcelld ./cell/celltest ./cmd/lockctl ./bench ./cell
 test: lint
-	$(GO) test -tags invariants -count=1 -timeout 9m $(PKGS)
+	$(GO) test -tags invariants -count=1 -timeout 9m $(if $(filter ./...,$(PKGS)),$(TEST_FIRST)) $(PKGS)
 
 ## test-race: the suite under the race detector (slower; not part of make test).
 test-race:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## test-time: where make test's time goes: every package's tests run one
+## package at a time, with wall and CPU time (user+sys, child processes
+## included) per package and per test, and the top TOP tests by each
+## (scripts/testtime; logs kept in TESTTIME_OUT, default a temp dir).
+TOP ?= 20
+TESTTIME_OUT ?=
+test-time:
+	$(GO) run scripts/testtime/main.go -top $(TOP) $(if $(TESTTIME_OUT),-out $(TESTTIME_OUT)) $(PKGS)
 
 ## lint: gofmt and go vet.
 lint:

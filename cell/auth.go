@@ -121,12 +121,12 @@ func validTokenID(id string) bool {
 }
 
 // verifyToken authenticates a token against the applied state.
-func (r *Replica) verifyToken(tok string) (namespace.Caller, string, error) {
+func verifyToken(state appliedState, tok string) (namespace.Caller, string, error) {
 	id, secret, ok := parseToken(tok)
 	if !ok {
 		return namespace.Caller{}, "", errBadToken
 	}
-	rec, found, err := r.tokenRecord(id)
+	rec, found, err := state.TokenByID(id)
 	if err != nil {
 		return namespace.Caller{}, "", apiErr(api.Unavailable, "reading the token store failed; retry")
 	}
@@ -155,13 +155,13 @@ func (c *rpcCall) authenticate(req any) error {
 	case tok == "":
 		return errNoCredentials
 	}
-	caller, id, err := c.r.verifyToken(tok)
+	caller, id, err := verifyToken(c.d.state, tok)
 	if err != nil {
-		if c.r.serving() == nil {
+		if c.d.serving() == nil {
 			// A replica that is not master may lag behind a token's
 			// issue: only the master's answer is definitive. Point the
 			// client there (a non-master serves nothing but CellStatus).
-			return c.r.notMaster()
+			return c.d.notMaster()
 		}
 		return err
 	}

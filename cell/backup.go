@@ -80,7 +80,7 @@ func (r *Replica) Backup() ([]byte, BackupInfo, error) {
 		return nil, BackupInfo{}, fmt.Errorf("cell: backup: the snapshot stream's header does not read back (slot %d, %v)", hslot, err)
 	}
 	info := BackupInfo{Format: BackupFormat, Cell: r.cfg.Cell, Slot: slot, Checksum: checksumHex(sum),
-		Master: r.cfg.ID, Replicas: r.memberResponse(nil).Addrs, Taken: time.Now().UTC()}
+		Master: r.cfg.ID, Replicas: r.members.response(nil).Addrs, Taken: time.Now().UTC()}
 	hdr, err := encodeBackupHeader(info)
 	if err != nil {
 		return nil, BackupInfo{}, err
@@ -146,12 +146,12 @@ func parseBackup(b []byte) (BackupInfo, []byte, error) {
 // handleSaveSnapshot serves SaveSnapshot: the administrator's backup,
 // taken by the master and streamed in chunks after the first reply.
 func handleSaveSnapshot(ctx context.Context, c *rpcCall, req *api.SaveSnapshotRequest) (any, error) {
-	data, info, err := c.r.Backup()
+	data, info, err := c.d.admin.backup()
 	if err != nil {
-		c.r.log.Error("backup failed", "err", err)
+		c.d.log.Error("backup failed", "err", err)
 		return nil, apiErr(api.Internal, err.Error())
 	}
-	c.r.log.Info("backup taken", "slot", info.Slot, "checksum", info.Checksum, "bytes", len(data))
+	c.d.log.Info("backup taken", "slot", info.Slot, "checksum", info.Checksum, "bytes", len(data))
 	var sum uint64
 	fmt.Sscanf(info.Checksum, "%x", &sum)
 	return &streamedSnapshot{

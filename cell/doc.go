@@ -11,12 +11,18 @@
 // hands it commands from the one propose pipeline (pipeline.go: every
 // command is routed once, stamped once, proposed once under the master
 // lease, and answered exactly once), and carries out each Ready in the
-// order paxos/doc.go prescribes, written in one function (Replica.execute):
-// messages that depend on no persistence leave first, then the hard state
-// and accepted entries are saved in one synced Pebble batch, then the
-// remaining messages leave, a snapshot is installed, chosen slots are
-// applied to the namespace in order (one Pebble batch per slot), proposal
-// outcomes are delivered, and the node advances. A storage
+// order paxos/doc.go prescribes for a core that writes asynchronously,
+// written in one function (Replica.execute): the hard state and accepted
+// entries go to the log writer (logwriter.go), the messages leave (the
+// core holds back the answers that depend on a write in flight), a
+// snapshot is installed once every earlier write is carried out, chosen
+// slots are applied to the namespace in order (one Pebble batch per slot;
+// the core hands out a slot only once this replica's own copy is durable),
+// proposal outcomes are delivered, and the node advances. The log writer
+// saves the writes in order, those that queued during the previous fsync
+// in one synced Pebble batch, and tells the loop, which tells the core
+// (Node.Persisted): only then does the core count its own votes and
+// release the answers that waited for them. A storage
 // error stops the replica (Done, Err); it never continues on a guess. Every
 // SnapshotEvery applied slots the namespace is snapshotted into the Paxos
 // log's store and the log below it is dropped; lagging peers get the
@@ -103,6 +109,23 @@
 // (ErrDataDirInUse names the holder), refuses a certificate that is not
 // this replica's (ErrWrongCertificate), and a start that fails removes
 // what it created (datadir.go).
+//
+// # Parts and wiring
+//
+// Beside the run loop, the replica's work is done by parts that never hold
+// the *Replica: each takes the narrow dependencies it needs, as functions
+// or small interfaces, and is built and tested alone. They are the RPC
+// handlers (handlerDeps, rpc.go: one file per family, rpc_*.go, the
+// KeepAlive stream in kastream.go), the membership (membership.go), the
+// propose pipeline (pipeline.go), the master role and its parts (master.go
+// and the files above), the metrics (metrics.go) and the status page
+// (statuspage.go). wire.go builds the handlers, the membership, the
+// pipeline and the master role from the replica's state; the metrics and
+// the status page get their sources where the replica opens and mounts
+// them (replica.go, http.go). internal/lint's TestCellPartsReachNoReplica
+// keeps the parts' files free of the *Replica. The replica's own concerns (its status, progress reports, rebuild,
+// the HTTP listener, backups, the watchdog) are its methods, each in its
+// own file.
 //
 // # Concurrency and life cycle
 //

@@ -58,12 +58,12 @@ func (r *Replica) proposeError(err error) *api.Error {
 func (r *Replica) notMaster() *api.Error {
 	e := apiErr(api.NotMaster, "this replica is not the master")
 	if st := r.status.Load(); st != nil && st.Leader != 0 && uint64(st.Leader) != r.cfg.ID {
-		e.Master = r.addrOf(uint64(st.Leader))
+		e.Master = r.members.addrOf(uint64(st.Leader))
 	} else if s := r.successor.Load(); s != 0 && s != r.cfg.ID {
-		e.Master = r.addrOf(s)
+		e.Master = r.members.addrOf(s)
 		e.Msg = "this replica handed mastership over"
 	}
-	if d := r.mem.view.Load(); d != nil && d.retired(r.cfg.ID) {
+	if d := r.members.view(); d != nil && d.retired(r.cfg.ID) {
 		e.Msg = fmt.Sprintf("replica %d was removed from the cell (membership of slot %d: %s); it serves no clients", r.cfg.ID, d.Members.Index, d.Members.String())
 	}
 	return e

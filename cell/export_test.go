@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockcell/lockcell/paxos"
 )
 
 // Test hooks for the package's external tests.
@@ -55,3 +57,13 @@ func (r *Replica) PeerFramesSent() uint64 { return r.ep.Stats().PeerFramesSent }
 
 // Readiness returns what /readyz answers.
 func (r *Replica) Readiness() (bool, string) { return r.readiness() }
+
+// LogWriterCounts returns how many batches the replica's Paxos log writer
+// has written and how many Readies' writes they held.
+func (r *Replica) LogWriterCounts() (batches, writes uint64) {
+	return r.logw.batches.Load(), r.logw.writes.Load()
+}
+
+// CoreStatus returns the Paxos core's status as of the run loop's latest
+// step.
+func (r *Replica) CoreStatus() paxos.Status { return *r.status.Load() }

@@ -71,7 +71,7 @@ const featureWait = 2 * progressIdleInterval
 // Safe from any goroutine.
 func (r *Replica) featureMissing(m *master, f Features, except ...uint64) []uint64 {
 	var missing []uint64
-	for _, id := range members(r.mem.view.Load().Members) {
+	for _, id := range members(r.members.view().Members) {
 		if slices.Contains(except, id) {
 			continue
 		}

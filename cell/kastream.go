@@ -24,22 +24,34 @@ const MaxStreamKeepAlives = 1 << 16
 
 // kaStreamServer is the state of one KeepAlive stream being served.
 type kaStreamServer struct {
-	r        *Replica
+	d        *handlerDeps
 	s        *transport.ServerStream
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	inflight atomic.Int64 // KeepAlives parked or being answered
-	wmu      sync.Mutex
+	// wmu serializes the reply frames' writes: it holds one token while a
+	// frame is written. It is a channel, not a sync.Mutex, so that a
+	// writer waiting for it gives up when the stream ends, and, under
+	// testing/synctest, waits durably: a goroutine blocked on a mutex
+	// keeps the bubble's clock from advancing, and a large frame's write
+	// may wait for QUIC's timers (pacing, flow control) to let it finish,
+	// so the two would wait for each other for ever.
+	wmu chan struct{}
 
 	jmu    sync.Mutex
 	parked *parkedBatch // guarded by jmu; the batch later frames join
 }
 
-// write writes one reply frame; a failure ends the stream.
+// write writes one reply frame; a failure ends the stream. A frame whose
+// turn comes after the stream ended is not written.
 func (ss *kaStreamServer) write(tag uint16, v any) {
-	ss.wmu.Lock()
-	defer ss.wmu.Unlock()
+	select {
+	case ss.wmu <- struct{}{}:
+	case <-ss.ctx.Done():
+		return
+	}
+	defer func() { <-ss.wmu }()
 	if err := ss.s.WriteFrame(ss.ctx, tag, v); err != nil {
 		ss.cancel() // the stream is broken: end the rest
 	}
@@ -73,8 +85,8 @@ var errTooManyKeepAlives = &api.Error{Code: api.ResourceExhausted,
 // A malformed frame ends the stream with a ReplyError frame; the
 // KeepAlives still parked then end with it (their sessions' leases were
 // renewed on arrival, as for a KeepAlive whose client went away).
-func (r *Replica) serveKeepAliveStream(ctx context.Context, s *transport.ServerStream, f transport.Frame) {
-	ss := &kaStreamServer{r: r, s: s}
+func (d *handlerDeps) serveKeepAliveStream(ctx context.Context, s *transport.ServerStream, f transport.Frame) {
+	ss := &kaStreamServer{d: d, s: s, wmu: make(chan struct{}, 1)}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
 	defer ss.wg.Wait()
 	defer ss.cancel()
@@ -96,7 +108,7 @@ func (r *Replica) serveKeepAliveStream(ctx context.Context, s *transport.ServerS
 			if !ss.decode(f, &req) {
 				return
 			}
-			r.kaFrames.Add(1)
+			d.ka.frames.Add(1)
 			if !ss.reserve(len(req.KeepAlives)) {
 				reply := &api.KeepAliveBatchReply{Replies: make([]api.KeepAliveStreamReply, len(req.KeepAlives))}
 				for i, q := range req.KeepAlives {
@@ -137,13 +149,13 @@ func (ss *kaStreamServer) decode(f transport.Frame, v any) bool {
 // serveOne serves one KeepAlive of a KeepAlive stream and writes its
 // reply.
 func (ss *kaStreamServer) serveOne(req api.KeepAliveStreamRequest) {
-	r := ss.r
+	d := ss.d
 	defer ss.inflight.Add(-1)
-	c := &rpcCall{r: r, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
-	r.kaFrames.Add(1)
+	c := &rpcCall{d: d, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
+	d.ka.frames.Add(1)
 	start := time.Now()
-	resp, err := r.keepAliveCall(ss.ctx, c, &req.KeepAlive)
-	r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAlive, err, time.Since(start))
+	resp, err := d.keepAliveCall(ss.ctx, c, &req.KeepAlive)
+	d.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAlive, err, time.Since(start))
 	reply := &api.KeepAliveStreamReply{Call: req.Call}
 	if err != nil {
 		tarpit(ss.ctx, err)
@@ -166,11 +178,11 @@ func (ss *kaStreamServer) serveOne(req api.KeepAliveStreamRequest) {
 // nothing is tarpitted (a refused entry's RetryAfter tells its session
 // when to try again).
 func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
-	r := ss.r
+	d := ss.d
 	start := time.Now()
-	c := &rpcCall{r: r, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
+	c := &rpcCall{d: d, method: api.MethodKeepAlive, info: endpoints[api.MethodKeepAlive].MethodInfo, id: ss.s.Identity(), ctx: ss.ctx}
 	refused := make([]api.KeepAliveStreamReply, 0)
-	m, entries, calls, err := r.admitKeepAliveBatch(c, reqs, &refused)
+	m, entries, calls, err := d.admitKeepAliveBatch(c, reqs, &refused)
 	if err != nil {
 		ae := toAPIError(err)
 		for _, q := range reqs {
@@ -179,11 +191,11 @@ func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 	}
 	if len(entries) == 0 {
 		ss.inflight.Add(-int64(len(reqs)))
-		r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
+		d.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
 		ss.write(api.ReplyOK, &api.KeepAliveBatchReply{Replies: refused})
 		return
 	}
-	r.metrics.keepalives.Add(float64(len(entries)))
+	d.metrics.keepalives.Add(float64(len(entries)))
 
 	ss.jmu.Lock()
 	if pb := ss.parked; pb != nil && pb.m == m && pb.b.Join(entries) {
@@ -214,10 +226,10 @@ func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 		ss.jmu.Unlock()
 	}
 	ss.inflight.Add(-int64(len(reqs) - len(entries) + len(calls)))
-	r.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
+	d.metrics.observeRPC(c.caller.Tenant, api.MethodKeepAliveBatch, err, time.Since(start))
 	replies := refused
 	if err != nil {
-		ae := r.sessionError(err)
+		ae := d.sessionError(err)
 		for _, call := range calls {
 			replies = append(replies, api.KeepAliveStreamReply{Call: call, Err: ae})
 		}
@@ -232,7 +244,7 @@ func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 		for j, res := range res {
 			reply := api.KeepAliveStreamReply{Call: calls[j]}
 			if res.Err != nil {
-				reply.Err = r.sessionError(res.Err)
+				reply.Err = d.sessionError(res.Err)
 			} else {
 				resps[j] = keepAliveResponseOf(res.Reply)
 				reply.KeepAlive = &resps[j]
@@ -285,7 +297,7 @@ func (ss *kaStreamServer) writeBatchReplies(replies []api.KeepAliveStreamReply) 
 // entries with their Calls, and appends a reply with its error for each
 // refused one to refused. It returns an error that applies to every entry
 // (this replica does not serve).
-func (r *Replica) admitKeepAliveBatch(c *rpcCall, reqs []api.KeepAliveStreamRequest, refused *[]api.KeepAliveStreamReply) (
+func (d *handlerDeps) admitKeepAliveBatch(c *rpcCall, reqs []api.KeepAliveStreamRequest, refused *[]api.KeepAliveStreamReply) (
 	*master, []session.BatchEntry, []uint64, error) {
 	m, err := c.needMaster()
 	if err != nil {
@@ -378,7 +390,7 @@ func keepAliveResponseOf(reply session.Reply) api.KeepAliveResponse {
 
 // keepAliveCall serves one KeepAlive of a KeepAlive stream as the handler
 // of MethodKeepAlive does: admission as a KeepAlive, then the long-poll.
-func (r *Replica) keepAliveCall(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (*api.KeepAliveResponse, error) {
+func (d *handlerDeps) keepAliveCall(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (*api.KeepAliveResponse, error) {
 	if err := c.admit(req); err != nil {
 		return nil, err
 	}

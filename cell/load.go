@@ -1,10 +1,6 @@
 package cell
 
-import (
-	"time"
-
-	"github.com/lockcell/lockcell/session"
-)
+import "time"
 
 // leaseExtensionFor decides the session-lease extension a master under load
 // grants (Chubby §3: "the master may lengthen leases rather than fall
@@ -27,7 +23,7 @@ func leaseExtensionFor(queued, capacity int, cur, max time.Duration) time.Durati
 // master. It runs only if Config.MaxSessionLease exceeds SessionLease.
 func (m *master) loadLoop() {
 	defer m.wg.Done()
-	max := m.r.cfg.MaxSessionLease - m.r.cfg.SessionLease
+	max := m.deps.maxExtension
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var cur time.Duration
@@ -37,22 +33,16 @@ func (m *master) loadLoop() {
 			return
 		case <-t.C:
 		}
-		queued, capacity := m.r.pipe.load()
+		queued, capacity := m.deps.load()
 		next := leaseExtensionFor(queued, capacity, cur, max)
 		if next == cur {
 			continue
 		}
 		if err := m.sessions.SetLeaseExtension(next); err != nil {
-			m.r.log.Warn("setting the lease extension", "err", err)
+			m.deps.log.Warn("setting the lease extension", "err", err)
 			continue
 		}
-		m.r.log.Info("session lease extension changed with load", "extension", next)
+		m.deps.log.Info("session lease extension changed with load", "extension", next)
 		cur = next
 	}
-}
-
-// sessionConfig is the session manager's configuration for this replica.
-func (r *Replica) sessionConfig(epoch uint64) session.Config {
-	return session.Config{Lease: r.cfg.SessionLease, MaxLease: r.cfg.MaxSessionLease,
-		KeepAliveCadence: max(r.cfg.KeepAliveCadence, 0), Epoch: epoch, Logger: r.log}
 }

@@ -78,7 +78,7 @@ func (c *rpcCall) proposeHandingOver(ctx context.Context, op namespace.Op, hs ha
 		err error
 	}
 	ch := make(chan outcome, 1)
-	c.r.pipe.submit(ctx, c.m, originRequest, c.caller, op, func(res namespace.Result, err error) {
+	c.d.submit(ctx, c.m, c.caller, op, func(res namespace.Result, err error) {
 		hs.settle(res, err)
 		ch <- outcome{res, err}
 	})
@@ -96,9 +96,9 @@ func (c *rpcCall) proposeHandingOver(ctx context.Context, op namespace.Op, hs ha
 // gives back before its end is applied is handed over by the ordinary path
 // (lockFreed), and a grant whose lock the end does not free is not tried.
 func (m *master) heldHandOvers(sess uint64) ([]namespace.Grant, handOvers) {
-	paths, err := m.r.ns.HeldLocks(m.r.admin(), sess)
+	paths, err := m.deps.state.HeldLocks(m.deps.cellCaller, sess)
 	if err != nil {
-		m.r.log.Warn("listing an ending session's locks; its waiters wake after its end", "session", sess, "err", err)
+		m.deps.log.Warn("listing an ending session's locks; its waiters wake after its end", "session", sess, "err", err)
 		return nil, nil
 	}
 	return m.locks.attach(paths...)
@@ -112,7 +112,7 @@ func (m *master) expire(sess uint64, done func(namespace.Result, error)) {
 	op := &namespace.ExpireSession{Session: sess}
 	var hs handOvers
 	op.Then, hs = m.heldHandOvers(sess)
-	m.r.pipe.submit(context.Background(), m, originCell, m.r.admin(), op, func(res namespace.Result, err error) {
+	m.deps.submit(context.Background(), m, originCell, m.deps.cellCaller, op, func(res namespace.Result, err error) {
 		hs.settle(res, err)
 		if done != nil {
 			done(res, err)

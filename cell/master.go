@@ -3,7 +3,9 @@ package cell
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
@@ -24,13 +26,14 @@ import (
 //   - lim and sched: per-tenant limits and the fair scheduler of tenant
 //     commands (limits.go, fair.go).
 //
-// master itself wires them to the replica, runs the role's goroutines,
-// and keeps the parts in step with applied commands (onApplied). A new
+// master itself wires them to each other and to its masterDeps (the
+// replica builds those, wire.go), runs the role's goroutines, and keeps
+// the parts in step with applied commands (onApplied). A new
 // master rebuilds sessions from the applied state and extends their leases;
 // lock waiters and subscriptions are re-established by clients on their
 // next call (handles are self-describing).
 type master struct {
-	r     *Replica
+	deps  masterDeps
 	epoch uint64
 	// since is when the role began: only the progress reports received
 	// from then on count for the feature gate (features.go).
@@ -47,42 +50,91 @@ type master struct {
 	caches   *cacheRegistry
 }
 
-func newMaster(r *Replica, epoch uint64) (*master, error) {
+// masterDeps is what the master role needs of its replica: the replica
+// builds it each time it becomes master (wire.go).
+type masterDeps struct {
+	log     *slog.Logger
+	metrics *metrics
+	// state is the applied state the role reads, as cellCaller (the
+	// caller the cell uses for its own commands).
+	state      masterState
+	cellCaller namespace.Caller
+	// submit hands a command to the pipeline under the role m
+	// (pipeline.submit); wake tells the pipeline that tenant commands are
+	// queued (pipeline.poke); load is how many commands are queued for or
+	// in Paxos, and the capacity that is measured against (pipeline.load).
+	submit func(ctx context.Context, m *master, o origin, caller namespace.Caller, op namespace.Op, done func(namespace.Result, error))
+	wake   func()
+	load   func() (queued, capacity int)
+	// notMaster is the error for a call this role can no longer serve;
+	// sessionError maps the session manager's errors.
+	notMaster    func() *api.Error
+	sessionError func(error) *api.Error
+	// rebase starts the cell clock's term (cellClock.rebase); now is the
+	// cell's time (cellClock.now).
+	rebase func() error
+	now    func() (int64, error)
+	// sessions configures the session manager (its Epoch is the role's).
+	sessions session.Config
+	// maxExtension is how far the session lease may be extended under
+	// load (Config.MaxSessionLease - SessionLease); 0 or less: never.
+	maxExtension time.Duration
+	// readCap, queue and window are Config.TenantReadConcurrency,
+	// TenantQueue and ProposalWindow.
+	readCap, queue, window int
+	// hook receives the head waiters' outcomes in tests
+	// (Config.headOutcomeHook); twoRound turns the one-round hand-over off
+	// for the role m (Config.twoRoundHandOver, or a member that cannot
+	// apply it: features.go).
+	hook     func(path string, err error, gone <-chan struct{}, deliver func())
+	twoRound func(m *master) bool
+}
+
+// masterState is the applied state as the master role reads it
+// (namespace.Store implements it).
+type masterState interface {
+	Tenant(c namespace.Caller, name string) (api.TenantInfo, error)
+	ListSessions(c namespace.Caller, tenant string) ([]api.SessionInfo, error)
+	HeldLocks(c namespace.Caller, sid uint64) ([]string, error)
+	Allowed(c namespace.Caller, path string, perm api.Perm) (bool, error)
+}
+
+func newMaster(d masterDeps, epoch uint64) (*master, error) {
 	// Stamps of this term count from now and from the state's clock.
-	if err := r.clock.rebase(); err != nil {
+	if err := d.rebase(); err != nil {
 		return nil, err
 	}
-	mgr, err := session.New(r.sessionConfig(epoch))
+	mgr, err := session.New(d.sessions)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &master{r: r, epoch: epoch, since: monotime.Now(), sessions: mgr, ctx: ctx, cancel: cancel}
+	m := &master{deps: d, epoch: epoch, since: monotime.Now(), sessions: mgr, ctx: ctx, cancel: cancel}
 	m.lim = newLimiter(limiterDeps{
 		quota: func(tenant string) (api.TenantQuota, bool) {
-			info, err := r.ns.Tenant(r.admin(), tenant)
+			info, err := d.state.Tenant(d.cellCaller, tenant)
 			return info.Quota, err == nil
 		},
-		readCap: r.cfg.TenantReadConcurrency,
-		queue:   r.cfg.TenantQueue,
-		shed:    r.metrics.shed,
+		readCap: d.readCap,
+		queue:   d.queue,
+		shed:    d.metrics.shed,
 		now:     monotime.Now,
 	})
 	m.sched = newScheduler(schedDeps{
-		window:  r.cfg.ProposalWindow,
-		queue:   r.cfg.TenantQueue,
+		window:  d.window,
+		queue:   d.queue,
 		weight:  func(tenant string) int { return weightOf(m.lim.quota(tenant)) },
-		wake:    r.pipe.poke,
-		stopped: func() error { return r.notMaster() },
-		shed:    r.metrics.shed,
-		queued:  r.metrics.tenantQueue,
+		wake:    d.wake,
+		stopped: func() error { return d.notMaster() },
+		shed:    d.metrics.shed,
+		queued:  d.metrics.tenantQueue,
 	})
 	m.owners = newSessionOwners()
 	m.subs = newSubscriptions(m.owners.owner,
-		func(c namespace.Caller, path string) (bool, error) { return r.ns.Allowed(c, path, api.PermRead) },
+		func(c namespace.Caller, path string) (bool, error) { return d.state.Allowed(c, path, api.PermRead) },
 		func(sess uint64, ev api.Event) {
 			_ = mgr.Publish(session.ID(sess), ev)
-			r.metrics.events.Inc()
+			d.metrics.events.Inc()
 		})
 	m.caches = newCacheRegistry(cacheDeps{
 		mayRead: func(sess uint64, path string) bool {
@@ -91,26 +143,26 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 		},
 		failoverDone: mgr.FailoverDone,
 		stopped:      ctx.Done(),
-		stoppedErr:   func() error { return r.notMaster() },
+		stoppedErr:   func() error { return d.notMaster() },
 		invalidate: func(ctx context.Context, sess uint64, ev api.Event) error {
 			return mgr.Invalidate(ctx, session.ID(sess), ev)
 		},
-		invalidateErr: func(err error) error { return r.sessionError(err) },
-		sent:          func(n int) { r.metrics.invalidations.Add(float64(n)) },
+		invalidateErr: func(err error) error { return d.sessionError(err) },
+		sent:          func(n int) { d.metrics.invalidations.Add(float64(n)) },
 	})
 	m.locks = newLockQueues(lockDeps{
 		prop:     masterProposer{m},
 		conflict: m.subs.conflict,
-		now:      r.clock.now,
-		waiting:  func(d int) { r.metrics.waiters.Add(float64(d)) },
-		hook:     r.cfg.headOutcomeHook,
-		twoRound: func() bool { return r.cfg.twoRoundHandOver || len(r.featureMissing(m, FeatureHandOver)) > 0 },
+		now:      d.now,
+		waiting:  func(n int) { d.metrics.waiters.Add(float64(n)) },
+		hook:     d.hook,
+		twoRound: func() bool { return d.twoRound(m) },
 	})
 	// Every session of every tenant, in one ordered scan of the session
 	// records: this runs on the run loop while the new master's lease
 	// runs, and with 100,000 sessions a scan per tenant's index and a
 	// point read per session took about four times as long.
-	list, err := r.ns.ListSessions(r.admin(), "")
+	list, err := d.state.ListSessions(d.cellCaller, "")
 	if err != nil {
 		cancel()
 		return nil, err
@@ -128,7 +180,7 @@ func newMaster(r *Replica, epoch uint64) (*master, error) {
 	}
 	m.wg.Add(1)
 	go m.expireLoop()
-	if r.cfg.MaxSessionLease > r.cfg.SessionLease {
+	if d.maxExtension > 0 {
 		m.wg.Add(1)
 		go m.loadLoop()
 	}
@@ -149,11 +201,11 @@ func (p masterProposer) acquire(caller namespace.Caller, op *namespace.Acquire, 
 	// A waiter's or a try's cancellation is the lock queues' to handle
 	// (they give back a grant nobody waits for), so the Acquire is
 	// submitted under no context of the caller's.
-	p.m.r.pipe.submit(context.Background(), p.m, o, caller, op, done)
+	p.m.deps.submit(context.Background(), p.m, o, caller, op, done)
 }
 
 func (p masterProposer) release(caller namespace.Caller, op *namespace.Release, done func(namespace.Result, error)) {
-	p.m.r.pipe.submit(context.Background(), p.m, originCell, caller, op, done)
+	p.m.deps.submit(context.Background(), p.m, originCell, caller, op, done)
 }
 
 // stop ends the role: every lock waiter is told to retry with the new
@@ -161,7 +213,7 @@ func (p masterProposer) release(caller namespace.Caller, op *namespace.Release, 
 // queued for Paxos are answered NotMaster. Run loop only.
 func (m *master) stop() {
 	m.cancel()
-	m.locks.stop(m.r.notMaster())
+	m.locks.stop(m.deps.notMaster())
 	m.sessions.Stop()
 	m.wg.Wait()
 	m.sched.close()
@@ -180,11 +232,11 @@ func (m *master) expireLoop() {
 			if !ok {
 				return
 			}
-			m.r.metrics.expiries.Inc()
-			m.r.log.Info("session lease ran out; expiring it", "session", d.Session)
+			m.deps.metrics.expiries.Inc()
+			m.deps.log.Info("session lease ran out; expiring it", "session", d.Session)
 			m.expire(uint64(d.Session), func(res namespace.Result, err error) {
 				if err != nil {
-					m.r.log.Warn("expiring session failed; the next master will decide again", "session", d.Session, "err", err)
+					m.deps.log.Warn("expiring session failed; the next master will decide again", "session", d.Session, "err", err)
 				}
 			})
 		}
@@ -201,7 +253,7 @@ func (m *master) onApplied(res namespace.Result) {
 	case *namespace.SessionCreated:
 		m.owners.add(reply.Session, reply.Owner)
 		if _, err := m.sessions.Add(session.ID(reply.Session)); err != nil && !errors.Is(err, session.ErrDuplicateSession) {
-			m.r.log.Warn("tracking new session", "session", reply.Session, "err", err)
+			m.deps.log.Warn("tracking new session", "session", reply.Session, "err", err)
 		}
 	case *namespace.TenantReply:
 		m.lim.setQuota(reply.Tenant.Name, reply.Tenant.Quota)
@@ -225,7 +277,7 @@ func (m *master) onApplied(res namespace.Result) {
 // runs on the run loop goroutine and must not block.
 func (m *master) tokenRevoked(id string) {
 	for _, sess := range m.owners.boundTo(id) {
-		m.r.log.Info("token revoked; expiring its session", "session", sess, "token", id)
+		m.deps.log.Info("token revoked; expiring its session", "session", sess, "token", id)
 		m.expire(sess, nil)
 	}
 }

@@ -1,277 +1,582 @@
 package cell
 
 import (
-	"bytes"
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
-	"maps"
+	"log/slog"
+	"net"
 	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
 )
 
-// The cell side of membership change (docs/membership.md; paxos/doc.go,
-// "Membership"). The Paxos core keeps who votes and who learns; the cell
-// keeps, beside it and as replicated as it, what the core does not know:
-// where each replica listens, and every replica ID that was ever a member,
-// so that no ID is ever used twice (ballots carry IDs: a new replica under
-// a former member's ID could meet promises that replica made).
+// membership is a replica's share of membership change (directory.go says
+// what is replicated): the directory as of the applied slot, published for
+// every goroutine (view); the transport's peer set, which follows the
+// membership (syncPeers); and, at the master, the changes AddReplica,
+// RemoveReplica and ReplaceReplica make, each a sequence of single-replica
+// changes through the log (paxos.ProposeConfChange). It reaches the rest
+// of the replica only through its membershipDeps, so it is built and
+// tested without a Replica.
 //
-// Both live in a directory, which every replica derives from the log in
-// the same way:
-//
-//   - a membership change (a chosen paxos.Value with Conf) replaces the
-//     directory's membership and adds its members to the IDs ever used;
-//     the namespace sees only an empty slot;
-//   - a cell command (an ordinary command whose data begins with
-//     cellCmdTag, a byte no namespace command begins with: msgpack never
-//     uses 0xc1) records the address of a replica about to be added;
-//   - a snapshot carries the directory (wrapSnapshot) and its membership
-//     (paxos.Snapshot.Members), since compaction drops the entries that
-//     made them;
-//   - a restarted replica rebuilds it from its stored snapshot and the
-//     chosen entries above it up to its applied slot (loadDirectory), as
-//     the core rebuilds its membership: nothing else is stored.
-//
-// The directory thus always describes the applied slot. The transport's
-// peer set follows the core's membership (it changes when a change is
-// known chosen, a little before it is applied) with addresses from the
-// directory (syncPeers).
+// Concurrency: view, addrOf, response and the changes (add, remove,
+// replace) are safe from any goroutine; the methods marked "Loop only" run
+// on the run loop (or before it starts), which owns the fields below cur.
+type membership struct {
+	deps membershipDeps
+	// cur is the directory as of the applied slot, for any goroutine.
+	cur atomic.Pointer[directory]
 
-// cellCmdTag opens the data of a cell command. No msgpack value begins
-// with 0xc1 (the format leaves it unused), so no namespace command does.
-const cellCmdTag byte = 0xc1
-
-// cellCommand is a command for the cell itself, carried in the log like a
-// namespace command and applied to the directory instead.
-type cellCommand struct {
-	// SetAddr records the address of a replica that is about to be added
-	// (it is ignored for a replica that was ever a member).
-	SetAddr *setAddr `msgpack:"sa,omitempty"`
+	// Loop-owned.
+	dir *directory
+	// waiters are this replica's membership changes and cell commands in
+	// the Paxos core, by proposal id.
+	waiters map[paxos.ProposalID]chan memberOutcome
+	// former maps the replicas removed while this replica runs to their
+	// addresses: the transport still sends to them (so that they hear of
+	// their removal) but refuses what they send.
+	former map[uint64]string
+	// synced is the membership and directory the transport's peer set
+	// was last made from.
+	synced    paxos.Membership
+	syncedDir *directory
 }
 
-type setAddr struct {
-	ID   uint64 `msgpack:"id"`
-	Addr string `msgpack:"a"`
+// membershipDeps is what membership needs of its replica.
+type membershipDeps struct {
+	// self is this replica's ID. first maps the cell's first replicas to
+	// their addresses (Config.Replicas), which the directory does not
+	// record. initial is the membership the Paxos core starts from when its
+	// store holds none (initialVoters).
+	self    uint64
+	first   map[uint64]string
+	initial []paxos.ID
+	log     *slog.Logger
+	// onLoop runs f on the run loop and returns once it has run, or an
+	// error if ctx ends or the replica stops first; stopped is closed once
+	// the run loop has stopped.
+	onLoop  func(ctx context.Context, f func()) error
+	stopped <-chan struct{}
+	// propose and proposeConf hand a cell command or a membership change to
+	// the Paxos core. Loop only.
+	propose     func(data []byte) (paxos.ProposalID, error)
+	proposeConf func(cc paxos.ConfChange) (paxos.ProposalID, error)
+	// serving returns the master role if this replica serves now;
+	// notMaster is the error for a replica that does not; refused maps a
+	// Paxos refusal that is not the change's own (proposeError).
+	serving   func() *master
+	notMaster func() *api.Error
+	refused   func(error) *api.Error
+	// gate refuses a change that needs f while a member not in except has
+	// not advertised f to the master role m (features.go).
+	gate func(ctx context.Context, m *master, f Features, except ...uint64) error
+	// stepDown hands mastership over (Replica.StepDown): the master does so
+	// before its own removal.
+	stepDown func(ctx context.Context, next uint64) error
+	// setPeers sets the transport's peer set (transport.Endpoint.SetPeers).
+	setPeers func(ctx context.Context, peers, sendOnly map[uint64]string) error
+	// retry is how often add asks the core again to promote a learner that
+	// has not caught up: a tick, since the learner's progress is judged by
+	// the latest acknowledgement it sent.
+	retry time.Duration
 }
 
-func encodeCellCommand(c cellCommand) ([]byte, error) {
-	b, err := msgpack.Marshal(&c)
-	if err != nil {
-		return nil, err
+// memberOutcome is the end of a membership change or cell command: the
+// slot it was applied at, or why it was not.
+type memberOutcome struct {
+	slot uint64
+	err  error
+}
+
+// initialVoters is the membership the Paxos core starts from when its
+// store holds none: the cell's first replicas, the keys of
+// Config.Replicas; for a replica that joined a running cell
+// (Config.Join), the other replicas of Config.Replicas, so that it starts
+// outside the membership and votes in nothing until the cell adds it
+// (its store then holds the real membership).
+func initialVoters(cfg Config) []paxos.ID {
+	var out []paxos.ID
+	for _, id := range cfg.replicaIDs() {
+		if cfg.Join && id == cfg.ID {
+			continue
+		}
+		out = append(out, paxos.ID(id))
 	}
-	return append([]byte{cellCmdTag}, b...), nil
-}
-
-// isCellCommand reports whether data is a cell command's.
-func isCellCommand(data []byte) bool { return len(data) > 0 && data[0] == cellCmdTag }
-
-func decodeCellCommand(data []byte) (cellCommand, error) {
-	var c cellCommand
-	if !isCellCommand(data) {
-		return c, errors.New("not a cell command")
-	}
-	err := msgpack.Unmarshal(data[1:], &c)
-	return c, err
-}
-
-// directory is the cell's replicated record of its replicas, as of an
-// applied slot. A directory is never modified once published
-// (Replica.dirView); the run loop changes a copy.
-type directory struct {
-	// Slot is the applied slot it describes.
-	Slot uint64 `msgpack:"s"`
-	// Members is the membership in force after Slot.
-	Members paxos.Membership `msgpack:"m"`
-	// Addrs maps replicas to the addresses AddReplica gave them: members
-	// added since the cell began, and replicas about to be added. The
-	// cell's first replicas are at the addresses of Config.Replicas.
-	Addrs map[uint64]string `msgpack:"a,omitempty"`
-	// Ever lists, sorted, every replica ID that was ever a member.
-	Ever []uint64 `msgpack:"e"`
-}
-
-// newDirectory is the directory of a cell that never changed its
-// membership: voters is its initial membership.
-func newDirectory(voters []paxos.ID) *directory {
-	d := &directory{Members: paxos.Membership{Voters: slices.Clone(voters)}}
-	for _, id := range voters {
-		d.Ever = append(d.Ever, uint64(id))
-	}
-	slices.Sort(d.Ever)
-	return d
-}
-
-func (d *directory) clone() *directory {
-	return &directory{
-		Slot: d.Slot,
-		Members: paxos.Membership{Voters: slices.Clone(d.Members.Voters), Learners: slices.Clone(d.Members.Learners),
-			Index: d.Members.Index},
-		Addrs: maps.Clone(d.Addrs),
-		Ever:  slices.Clone(d.Ever),
-	}
-}
-
-// changed reports whether d differs from the directory of a cell that
-// never changed its membership (so that its snapshots need carry it).
-func (d *directory) changed() bool { return d.Members.Index != 0 || len(d.Addrs) > 0 }
-
-func isVoter(m paxos.Membership, id uint64) bool { return slices.Contains(m.Voters, paxos.ID(id)) }
-
-func isLearner(m paxos.Membership, id uint64) bool {
-	return slices.Contains(m.Learners, paxos.ID(id))
-}
-
-func isMember(m paxos.Membership, id uint64) bool { return isVoter(m, id) || isLearner(m, id) }
-
-// members returns the voters and learners of m, sorted.
-func members(m paxos.Membership) []uint64 {
-	var out []uint64
-	for _, id := range m.Voters {
-		out = append(out, uint64(id))
-	}
-	for _, id := range m.Learners {
-		out = append(out, uint64(id))
-	}
-	slices.Sort(out)
 	return out
 }
 
-// wasMember reports whether id was ever a member (it may still be one).
-func (d *directory) wasMember(id uint64) bool {
-	_, ok := slices.BinarySearch(d.Ever, id)
-	return ok
-}
-
-// retired reports whether id was a member and is no longer.
-func (d *directory) retired(id uint64) bool { return d.wasMember(id) && !isMember(d.Members, id) }
-
-// addr returns the address of replica id: the directory's, or else
-// fallback's (the replica's Config.Replicas), or "".
-func (d *directory) addr(id uint64, fallback map[uint64]string) string {
-	if a := d.Addrs[id]; a != "" {
-		return a
+// newMembership derives the directory at the applied slot from the stored
+// log (loadDirectory) and publishes it.
+func newMembership(deps membershipDeps, logdb paxos.Storage, applied uint64) (*membership, error) {
+	d, err := loadDirectory(logdb, deps.initial, applied)
+	if err != nil {
+		return nil, err
 	}
-	return fallback[id]
+	ms := &membership{deps: deps, waiters: map[paxos.ProposalID]chan memberOutcome{}, former: map[uint64]string{}}
+	ms.publish(d)
+	return ms, nil
 }
 
-// applyConf makes m, chosen at slot, the membership.
-func (d *directory) applyConf(m paxos.Membership, slot uint64) {
-	d.Members = paxos.Membership{Voters: slices.Clone(m.Voters), Learners: slices.Clone(m.Learners), Index: paxos.Slot(slot)}
+// publish makes d the directory. Loop only.
+func (ms *membership) publish(d *directory) {
+	ms.dir = d
+	ms.cur.Store(d)
+}
+
+// view returns the directory as of the applied slot (nil before the
+// replica has loaded it). Never modify it.
+func (ms *membership) view() *directory {
+	if ms == nil {
+		return nil
+	}
+	return ms.cur.Load()
+}
+
+// addrOf returns the address of replica id as this replica knows it, or "".
+func (ms *membership) addrOf(id uint64) string {
+	if ms == nil {
+		return ""
+	}
+	if d := ms.cur.Load(); d != nil {
+		return d.addr(id, ms.deps.first)
+	}
+	return ms.deps.first[id]
+}
+
+// wantPeers returns the transport's peer set for membership m: every
+// other member at its address, and the replicas removed since this one
+// started, to be sent to only. Loop only.
+func (ms *membership) wantPeers(m paxos.Membership) (peers, sendOnly map[uint64]string) {
+	peers = map[uint64]string{}
 	for _, id := range members(m) {
-		if i, ok := slices.BinarySearch(d.Ever, id); !ok {
-			d.Ever = slices.Insert(d.Ever, i, id)
+		if id == ms.deps.self {
+			continue
+		}
+		if a := ms.dir.addr(id, ms.deps.first); a != "" {
+			peers[id] = a
 		}
 	}
-	for id := range d.Addrs {
-		if d.retired(id) {
-			delete(d.Addrs, id) // an ID is never used again
+	if len(peers) == 0 {
+		// Not (or no longer) a member, and no member known: keep the
+		// replicas of the configuration, so as to hear from the cell.
+		for id, a := range ms.deps.first {
+			if id != ms.deps.self {
+				peers[id] = a
+			}
 		}
 	}
+	sendOnly = map[uint64]string{}
+	for id, a := range ms.former {
+		if _, ok := peers[id]; !ok {
+			sendOnly[id] = a
+		}
+	}
+	return peers, sendOnly
 }
 
-// applyCommand applies a cell command. A command that does not decode, or
-// names a replica ID already used, changes nothing (every replica decides
-// alike).
-func (d *directory) applyCommand(data []byte) {
-	c, err := decodeCellCommand(data)
-	if err != nil || c.SetAddr == nil || c.SetAddr.ID == 0 || d.wasMember(c.SetAddr.ID) {
-		return
-	}
-	if d.Addrs == nil {
-		d.Addrs = map[uint64]string{}
-	}
-	d.Addrs[c.SetAddr.ID] = c.SetAddr.Addr
+// startPeers returns the peer set the transport starts with, for the
+// membership m the core starts from, and records it as the one last
+// synced. Before the loop starts.
+func (ms *membership) startPeers(m paxos.Membership) map[uint64]string {
+	peers, _ := ms.wantPeers(m)
+	ms.synced = paxos.Membership{Voters: slices.Clone(m.Voters), Learners: slices.Clone(m.Learners), Index: m.Index}
+	ms.syncedDir = ms.dir
+	return peers
 }
 
-// applyEntry applies chosen entry e to d, if it is a membership change or
-// holds cell commands.
-func (d *directory) applyEntry(e paxos.Entry) {
-	if e.Value.Conf != nil {
-		d.applyConf(*e.Value.Conf, uint64(e.Slot))
+// syncPeers makes the transport's peer set follow membership m (the one
+// the core knows chosen) and the directory's addresses: a replica added is
+// dialled and heard; one removed is refused from then on (DESIGN.md
+// "Tenancy and membership"), though still sent to, so that it learns of
+// its removal. Loop only.
+func (ms *membership) syncPeers(m paxos.Membership) {
+	if m.Index == ms.synced.Index && ms.dir == ms.syncedDir {
 		return
+	}
+	for _, id := range members(ms.synced) {
+		if !isMember(m, id) && id != ms.deps.self && ms.synced.Index <= m.Index {
+			// The address it had (the directory forgets a removed
+			// replica's).
+			if a := ms.syncedDir.addr(id, ms.deps.first); a != "" {
+				ms.former[id] = a
+			}
+		}
+	}
+	peers, sendOnly := ms.wantPeers(m)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := ms.deps.setPeers(ctx, peers, sendOnly); err != nil {
+		ms.deps.log.Warn("cannot follow the membership in the peer set", "members", m.String(), "err", err)
+	}
+	ms.synced = paxos.Membership{Voters: slices.Clone(m.Voters), Learners: slices.Clone(m.Learners), Index: m.Index}
+	ms.syncedDir = ms.dir
+}
+
+// apply applies chosen entry e to the directory if it changes it, and
+// answers this replica's waiter for it. Loop only.
+func (ms *membership) apply(e paxos.Entry) {
+	conf := e.Value.Conf != nil
+	if !conf && !slices.ContainsFunc(e.Value.Cmds, func(c paxos.Command) bool { return isCellCommand(c.Data) }) {
+		return
+	}
+	d := ms.dir.clone()
+	d.applyEntry(e)
+	d.Slot = uint64(e.Slot)
+	ms.publish(d)
+	if conf {
+		ms.deps.log.Info("membership changed", "slot", e.Slot, "members", d.Members.String())
+		if !isMember(d.Members, ms.deps.self) && d.wasMember(ms.deps.self) {
+			ms.deps.log.Warn("this replica was removed from the cell: it serves no clients and votes in nothing; stop it", "slot", e.Slot)
+		}
 	}
 	for _, c := range e.Value.Cmds {
-		if isCellCommand(c.Data) {
-			d.applyCommand(c.Data)
+		if ch, ok := ms.waiters[c.ID]; ok {
+			delete(ms.waiters, c.ID)
+			ch <- memberOutcome{slot: uint64(e.Slot)}
 		}
 	}
 }
 
-// snapMagic opens the data of a snapshot that carries the directory, ahead
-// of the namespace's own stream (which begins "LCNSNAP"). Snapshots of a
-// cell that never changed its membership carry none and are the
-// namespace's stream alone, as before.
-var snapMagic = []byte("LCCELLD1")
-
-// wrapSnapshot returns the snapshot data for the namespace stream ns with
-// directory d.
-func wrapSnapshot(d *directory, ns []byte) ([]byte, error) {
-	if !d.changed() {
-		return ns, nil
-	}
-	b, err := msgpack.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, len(snapMagic)+binary.MaxVarintLen64+len(b)+len(ns))
-	out = append(out, snapMagic...)
-	out = binary.AppendUvarint(out, uint64(len(b)))
-	out = append(out, b...)
-	return append(out, ns...), nil
-}
-
-// unwrapSnapshot splits snapshot data into its directory (nil if it
-// carries none) and the namespace stream.
-func unwrapSnapshot(data []byte) (*directory, []byte, error) {
-	if !bytes.HasPrefix(data, snapMagic) {
-		return nil, data, nil
-	}
-	rest := data[len(snapMagic):]
-	n, k := binary.Uvarint(rest)
-	if k <= 0 || n > uint64(len(rest)-k) {
-		return nil, nil, fmt.Errorf("%w: snapshot directory header damaged", namespace.ErrCorrupt)
-	}
-	var d directory
-	if err := msgpack.Unmarshal(rest[k:k+int(n)], &d); err != nil {
-		return nil, nil, fmt.Errorf("%w: snapshot directory: %v", namespace.ErrCorrupt, err)
-	}
-	return &d, rest[k+int(n):], nil
-}
-
-// loadDirectory derives the directory at the applied slot from the stored
-// snapshot and the chosen entries above it. initial is the membership the
-// core starts from when no change was ever made.
-func loadDirectory(logdb paxos.Storage, initial []paxos.ID, applied uint64) (*directory, error) {
-	snap, err := logdb.Snapshot()
-	if err != nil {
-		return nil, fmt.Errorf("cell: paxos log: %w", err)
-	}
-	d, _, err := unwrapSnapshot(snap.Data)
-	if err != nil {
-		return nil, err
-	}
+// install takes the directory of an installed snapshot (nil if it carries
+// none: the cell's membership never changed before it). Loop only.
+func (ms *membership) install(d *directory, snap paxos.Snapshot) {
 	if d == nil {
-		d = newDirectory(initial)
+		d = newDirectory(ms.deps.initial)
 		if m := snap.Members; m != nil {
 			d.applyConf(*m, uint64(m.Index))
 		}
 	}
 	d.Slot = uint64(snap.Slot)
-	if applied <= uint64(snap.Slot) {
-		return d, nil
-	}
-	ents, err := logdb.Entries(snap.Slot+1, paxos.Slot(applied)+1)
+	ms.publish(d)
+}
+
+// snapshot is the snapshot of slot for the namespace stream ns: the
+// directory and membership ride along (directory.go). Loop only.
+func (ms *membership) snapshot(slot uint64, ns []byte) (paxos.Snapshot, error) {
+	d := ms.dir.clone()
+	d.Slot = slot
+	data, err := wrapSnapshot(d, ns)
 	if err != nil {
-		return nil, fmt.Errorf("cell: reading the log for the membership: %w", err)
+		return paxos.Snapshot{}, err
 	}
-	for _, e := range ents {
-		d.applyEntry(e)
+	snap := paxos.Snapshot{Slot: paxos.Slot(slot), Data: data}
+	if d.Members.Index != 0 {
+		m := d.Members
+		snap.Members = &m
 	}
-	d.Slot = applied
-	return d, nil
+	return snap, nil
+}
+
+// refuse ends the waiters whose proposals the core ended without applying
+// them. Loop only.
+func (ms *membership) refuse(outcomes []paxos.Outcome) {
+	for _, o := range outcomes {
+		if o.Err == nil {
+			continue
+		}
+		if ch, ok := ms.waiters[o.ID]; ok {
+			delete(ms.waiters, o.ID)
+			ch <- memberOutcome{err: o.Err}
+		}
+	}
+}
+
+// stop ends every waiter when the loop stops. Loop only.
+func (ms *membership) stop() {
+	for id, ch := range ms.waiters {
+		delete(ms.waiters, id)
+		ch <- memberOutcome{err: ErrStopped}
+	}
+}
+
+// spliceResults returns one result per command of cmds: the namespace's
+// results in order, and the zero Result for each cell command.
+func spliceResults(cmds []paxos.Command, ns []namespace.Result) []namespace.Result {
+	out := make([]namespace.Result, len(cmds))
+	j := 0
+	for i, c := range cmds {
+		if isCellCommand(c.Data) {
+			continue
+		}
+		out[i] = ns[j]
+		j++
+	}
+	return out
+}
+
+// propose puts a membership change (cc) or a cell command (cmd) into the
+// log as master and waits until it is applied, returning its slot. The
+// core's refusals come back as they are (paxos errors), for the caller to
+// tell apart; memberError maps them for the wire.
+func (ms *membership) propose(ctx context.Context, cc *paxos.ConfChange, cmd []byte) (uint64, error) {
+	ch := make(chan memberOutcome, 1)
+	var perr error
+	err := ms.deps.onLoop(ctx, func() {
+		if ms.deps.serving() == nil {
+			perr = ms.deps.notMaster()
+			return
+		}
+		var id paxos.ProposalID
+		if cc != nil {
+			id, perr = ms.deps.proposeConf(*cc)
+		} else {
+			id, perr = ms.deps.propose(cmd)
+		}
+		if perr == nil {
+			ms.waiters[id] = ch
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if perr != nil {
+		return 0, perr
+	}
+	select {
+	case o := <-ch:
+		return o.slot, o.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("%w (the change may still be made; repeat the request to see)", ctxError(ctx))
+	case <-ms.deps.stopped:
+		return 0, errUnavailable("the replica stopped; the change may or may not have been made")
+	}
+}
+
+// memberError maps what propose returns to the wire.
+func (ms *membership) memberError(err error) error {
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, paxos.ErrConfChangePending):
+		return apiErr(api.FailedPrecondition, "another membership change is under way; repeat the request once it is done")
+	case errors.Is(err, paxos.ErrInvalidConfChange):
+		return errInvalid(err.Error())
+	case errors.Is(err, ErrStopped):
+		return errUnavailable("the replica stopped; the change may or may not have been made")
+	}
+	return ms.deps.refused(err)
+}
+
+// response describes the membership in force (as of the applied slot),
+// with the steps this request took.
+func (ms *membership) response(steps []string) *api.MembershipResponse {
+	d := ms.cur.Load()
+	resp := &api.MembershipResponse{Addrs: map[uint64]string{}, Slot: uint64(d.Members.Index), Steps: steps}
+	for _, id := range d.Members.Voters {
+		resp.Voters = append(resp.Voters, uint64(id))
+	}
+	for _, id := range d.Members.Learners {
+		resp.Learners = append(resp.Learners, uint64(id))
+	}
+	for _, id := range members(d.Members) {
+		resp.Addrs[id] = d.addr(id, ms.deps.first)
+	}
+	return resp
+}
+
+// checkReplicaID refuses a replica ID out of range.
+func checkReplicaID(what string, id uint64) error {
+	if id == 0 || id > uint64(paxos.MaxID) {
+		return errInvalid(fmt.Sprintf("%s replica ID %d is out of range 1..%d", what, id, paxos.MaxID))
+	}
+	return nil
+}
+
+// checkReplicaAddr refuses an address that is not "host:port".
+func checkReplicaAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return errInvalid(fmt.Sprintf("replica address %q is not host:port", addr))
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return errInvalid(fmt.Sprintf("replica address %q has no valid port", addr))
+	}
+	return nil
+}
+
+// add is Replica.AddReplica, whose doc says what it does and returns;
+// replacing, if not 0, is the replica the new one replaces, which the
+// feature gate does not wait for (it is leaving, and is often down). The
+// steps it takes are appended to steps.
+func (ms *membership) add(ctx context.Context, id uint64, addr string, replacing uint64, steps *[]string) error {
+	if err := checkReplicaID("new", id); err != nil {
+		return err
+	}
+	if err := checkReplicaAddr(addr); err != nil {
+		return err
+	}
+	m := ms.deps.serving()
+	if m == nil {
+		return ms.deps.notMaster()
+	}
+	d := ms.cur.Load()
+	for _, other := range members(d.Members) {
+		if other != id && d.addr(other, ms.deps.first) == addr {
+			return errInvalid(fmt.Sprintf("address %s is replica %d's", addr, other))
+		}
+	}
+	switch {
+	case isMember(d.Members, id):
+		if have := d.addr(id, ms.deps.first); have != addr {
+			return errInvalid(fmt.Sprintf("replica %d is a member at %s, not %s", id, have, addr))
+		}
+	case d.wasMember(id):
+		return errInvalid(fmt.Sprintf("replica ID %d was a member of this cell before; IDs are never reused, pick a new one", id))
+	default:
+		if err := ms.deps.gate(ctx, m, FeatureMembership, replacing); err != nil {
+			return err
+		}
+		if d.Addrs[id] != addr {
+			cmd, err := encodeCellCommand(cellCommand{SetAddr: &setAddr{ID: id, Addr: addr}})
+			if err != nil {
+				return apiErr(api.Internal, err.Error())
+			}
+			if _, err := ms.propose(ctx, nil, cmd); err != nil {
+				return ms.memberError(err)
+			}
+		}
+		slot, err := ms.propose(ctx, &paxos.ConfChange{Type: paxos.ConfAddLearner, ID: paxos.ID(id)}, nil)
+		if err != nil {
+			return ms.memberError(err)
+		}
+		*steps = append(*steps, fmt.Sprintf("add-learner %d at slot %d", id, slot))
+		ms.deps.log.Info("replica added as a learner", "replica", id, "addr", addr, "slot", slot)
+	}
+	if isVoter(ms.cur.Load().Members, id) {
+		return nil
+	}
+	// The learner itself applies membership changes already: it was
+	// added by one.
+	if err := ms.deps.gate(ctx, m, FeatureMembership, replacing, id); err != nil {
+		return err
+	}
+	return ms.promote(ctx, id, steps)
+}
+
+// promote promotes learner id once it has caught up (see
+// Replica.AddReplica).
+func (ms *membership) promote(ctx context.Context, id uint64, steps *[]string) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	var last error
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			msg := "the request's deadline passed"
+			if last != nil {
+				msg += " before replica " + strconv.FormatUint(id, 10) + " caught up: " + last.Error() + "; it stays a learner, repeat the request to promote it"
+			}
+			return apiErr(api.DeadlineExceeded, msg)
+		}
+		slot, err := ms.propose(ctx, &paxos.ConfChange{Type: paxos.ConfPromote, ID: paxos.ID(id)}, nil)
+		if errors.Is(err, paxos.ErrNotCaughtUp) {
+			last = err
+			t.Reset(ms.deps.retry)
+			continue
+		}
+		if err != nil {
+			return ms.memberError(err)
+		}
+		*steps = append(*steps, fmt.Sprintf("promote %d at slot %d", id, slot))
+		ms.deps.log.Info("replica promoted to voter", "replica", id, "slot", slot)
+		return nil
+	}
+}
+
+// remove is Replica.RemoveReplica, whose doc says what it does and
+// returns. The steps it takes are appended to steps.
+func (ms *membership) remove(ctx context.Context, id uint64, steps *[]string) error {
+	if err := checkReplicaID("", id); err != nil {
+		return err
+	}
+	m := ms.deps.serving()
+	if m == nil {
+		return ms.deps.notMaster()
+	}
+	d := ms.cur.Load()
+	switch {
+	case d.retired(id):
+		return nil
+	case !isMember(d.Members, id):
+		return errInvalid(fmt.Sprintf("replica %d is not a member of the cell (members: %s)", id, d.Members.String()))
+	case id == ms.deps.self:
+		// The master removes itself: hand over first; the successor,
+		// which the client follows, removes it.
+		ms.deps.log.Info("handing mastership over before this replica's removal")
+		if err := ms.deps.stepDown(ctx, 0); err != nil {
+			return apiErr(api.FailedPrecondition, "handing over before removing this replica (the master): "+err.Error())
+		}
+		e := ms.deps.notMaster()
+		e.Msg = "this replica was the master and handed over before its removal; its successor removes it"
+		return e
+	}
+	if err := ms.deps.gate(ctx, m, FeatureMembership, id); err != nil {
+		return err
+	}
+	slot, err := ms.propose(ctx, &paxos.ConfChange{Type: paxos.ConfRemove, ID: paxos.ID(id)}, nil)
+	if err != nil {
+		return ms.memberError(err)
+	}
+	*steps = append(*steps, fmt.Sprintf("remove %d at slot %d", id, slot))
+	ms.deps.log.Info("replica removed", "replica", id, "slot", slot)
+	return nil
+}
+
+// replace is Replica.ReplaceReplica, whose doc says what it does and
+// returns.
+func (ms *membership) replace(ctx context.Context, oldID, newID uint64, addr string) (*api.MembershipResponse, error) {
+	if err := checkReplicaID("old", oldID); err != nil {
+		return nil, err
+	}
+	if err := checkReplicaID("new", newID); err != nil {
+		return nil, err
+	}
+	if oldID == newID {
+		return nil, errInvalid(fmt.Sprintf("replica %d cannot replace itself: the new replica needs a new ID", oldID))
+	}
+	if err := checkReplicaAddr(addr); err != nil {
+		return nil, err
+	}
+	d := ms.cur.Load()
+	switch {
+	case !d.wasMember(oldID):
+		return nil, errInvalid(fmt.Sprintf("replica %d is not a member of the cell (members: %s)", oldID, d.Members.String()))
+	case d.retired(oldID) && !isVoter(d.Members, newID):
+		return nil, errInvalid(fmt.Sprintf("replica %d was removed already; add replica %d with add-replica", oldID, newID))
+	}
+	var steps []string
+	if err := ms.add(ctx, newID, addr, oldID, &steps); err != nil {
+		return nil, err
+	}
+	if err := ms.remove(ctx, oldID, &steps); err != nil {
+		return nil, err
+	}
+	return ms.response(steps), nil
+}
+
+// addReplica is Replica.AddReplica: add, then the membership it left.
+func (ms *membership) addReplica(ctx context.Context, id uint64, addr string) (*api.MembershipResponse, error) {
+	var steps []string
+	if err := ms.add(ctx, id, addr, 0, &steps); err != nil {
+		return nil, err
+	}
+	return ms.response(steps), nil
+}
+
+// removeReplica is Replica.RemoveReplica: remove, then the membership it
+// left.
+func (ms *membership) removeReplica(ctx context.Context, id uint64) (*api.MembershipResponse, error) {
+	var steps []string
+	if err := ms.remove(ctx, id, &steps); err != nil {
+		return nil, err
+	}
+	return ms.response(steps), nil
 }

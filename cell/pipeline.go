@@ -413,19 +413,3 @@ func (pl *pipeline) load() (queued, capacity int) {
 	pl.mu.Unlock()
 	return n + int(pl.inPaxos.Load()), maxInPaxos
 }
-
-// replicaPipeline wires the pipeline to r.
-func (r *Replica) replicaPipeline() *pipeline {
-	return newPipeline(pipelineEnv{
-		master: func() (*master, bool) {
-			m := r.master.Load()
-			return m, m != nil && r.node.Status().Master
-		},
-		propose:   r.node.Propose,
-		stamp:     r.clock.stamp,
-		notMaster: func() error { return r.notMaster() },
-		refused:   func(err error) error { return r.proposeError(err) },
-		proposed:  r.metrics.proposals.Inc,
-		applied:   func(d time.Duration) { r.metrics.commitLatency.Observe(d.Seconds()) },
-	})
-}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,6 +113,9 @@ type Replica struct {
 	err      error
 	closeOne sync.Once
 
+	// logw writes the Paxos log off the run loop (logwriter.go).
+	logw *logWriter
+
 	// Loop-owned state: touched only by the run loop goroutine.
 	node     *paxos.Node
 	lastSnap uint64
@@ -122,9 +124,12 @@ type Replica struct {
 	// promised is the promised ballot of the latest Ready that carried a
 	// HardState.
 	promised paxos.Ballot
-	// mem is the replica's share of membership change (membership.go,
-	// rpc_member.go): the directory and the changes in flight.
-	mem memberState
+	// members is the replica's share of membership change (membership.go):
+	// the directory and the changes in flight. Set before the loop starts.
+	members *membership
+	// lastWrite is the WriteID of the latest write handed to the log
+	// writer.
+	lastWrite uint64
 }
 
 // Start opens the replica's store under cfg.DataDir, starts its endpoint
@@ -187,6 +192,8 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	r.cancel, r.stopping = cancel, loopCtx.Done()
 	r.guardDone = make(chan struct{})
 	r.watchDone = make(chan struct{})
+	r.logw = newLogWriter(r.store, cfg.SyncDelay, r.metrics.fsync.Observe)
+	r.logw.start()
 	go r.run(loopCtx)
 	go r.syncGuard(loopCtx)
 	go r.watchLoop(loopCtx, r.watchDone)
@@ -200,7 +207,7 @@ func (r *Replica) open(ctx context.Context) error {
 		return fmt.Errorf("cell: paxos log: %w", err)
 	}
 	r.lastSnap = uint64(snap.Slot)
-	pids := r.initialVoters()
+	pids := initialVoters(r.cfg)
 	r.node, err = paxos.NewNode(paxos.Config{
 		ID:             paxos.ID(r.cfg.ID),
 		Replicas:       pids,
@@ -214,13 +221,14 @@ func (r *Replica) open(ctx context.Context) error {
 		Storage:        r.logdb,
 		Applied:        paxos.Slot(r.ns.AppliedSlot()),
 		Rebuild:        r.store.loss != nil,
+		AsyncWrites:    true,
 	})
 	if err != nil {
 		return fmt.Errorf("cell: paxos: %w", err)
 	}
 	st := r.node.Status()
 	r.status.Store(&st)
-	if err := r.loadMembers(pids); err != nil {
+	if r.members, err = r.newMembershipOf(pids); err != nil {
 		return err
 	}
 	r.metrics = newMetrics(metricsSources{
@@ -241,9 +249,7 @@ func (r *Replica) open(ctx context.Context) error {
 	})
 	r.sums.record(r.ns.AppliedSlot(), r.ns.Checksum())
 	r.reportLoss(&st)
-	peers, _ := r.wantPeers(st.Members)
-	r.mem.synced = paxos.Membership{Voters: slices.Clone(st.Members.Voters), Learners: slices.Clone(st.Members.Learners), Index: st.Members.Index}
-	r.mem.syncedDir = r.mem.dir
+	peers := r.members.startPeers(st.Members)
 	r.ep, err = transport.Listen(ctx, transport.Config{
 		ID:                  r.cfg.ID,
 		Addr:                r.cfg.Replicas[r.cfg.ID],
@@ -251,7 +257,7 @@ func (r *Replica) open(ctx context.Context) error {
 		Peers:               peers,
 		CA:                  r.cfg.CA,
 		Certificate:         r.cfg.Certificate,
-		ClientHandler:       r.serveStream,
+		ClientHandler:       r.newHandlerDeps().serveStream,
 		MaxConnsPerIP:       r.cfg.MaxConnsPerIP,
 		MaxStreamsPerClient: r.cfg.MaxStreamsPerConn,
 		Faults:              r.cfg.Faults,
@@ -405,7 +411,7 @@ func (r *Replica) Status() Status {
 		KeepAliveFrames: r.kaFrames.Load(),
 		RefusedPeers:    r.ep.RefusedNotPeer(),
 	}
-	if d := r.mem.view.Load(); d != nil {
+	if d := r.members.view(); d != nil {
 		for _, id := range d.Members.Voters {
 			out.Voters = append(out.Voters, uint64(id))
 		}
@@ -608,12 +614,14 @@ func (r *Replica) syncGuard(ctx context.Context) {
 }
 
 // run is the replica's event loop: the only goroutine that touches the
-// Paxos node, writes the Paxos log and applies to the namespace.
+// Paxos node and applies to the namespace. It hands the Paxos log's writes
+// to the log writer (logwriter.go) and goes on while they are fsynced.
 func (r *Replica) run(ctx context.Context) {
 	defer close(r.done)
+	defer r.logw.stop()
 	defer r.loseMaster("stopped")
 	defer r.pipe.stop()
-	defer r.stopMemberWaiters()
+	defer r.members.stop()
 	interval := r.tickInterval()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -649,9 +657,18 @@ func (r *Replica) run(ctx context.Context) {
 		case f := <-r.ctlC:
 			r.watch.begin()
 			f()
+		case <-r.logw.done:
+			r.watch.begin()
+			if err := r.persisted(); err != nil {
+				r.fail(err)
+				return
+			}
 		}
 		r.checkHandOver()
-		if err := r.processReady(); err != nil {
+		if err := r.processReady(ctx); err != nil {
+			if ctx.Err() != nil {
+				return // Close ended a wait for the log writer: not a failure
+			}
 			r.fail(err)
 			return
 		}
@@ -662,6 +679,28 @@ func (r *Replica) run(ctx context.Context) {
 		r.afterStep(lastTick, interval)
 		r.watch.end()
 	}
+}
+
+// persisted tells the core how far the log writer has carried out its
+// writes, or returns the writer's error.
+func (r *Replica) persisted() error {
+	if err := r.logw.err(); err != nil {
+		return err
+	}
+	if err := r.node.Persisted(r.logw.durable.Load()); err != nil {
+		return fmt.Errorf("paxos core: %w", err)
+	}
+	return nil
+}
+
+// barrier waits until the log writer has carried out every write handed to
+// it, and tells the core. The loop calls it before it writes the log
+// itself (a snapshot), so that writes never overtake each other.
+func (r *Replica) barrier(ctx context.Context) error {
+	if _, err := r.logw.barrier(ctx, r.lastWrite); err != nil {
+		return err
+	}
+	return r.persisted()
 }
 
 // tickInterval is this replica's tick (scaled by ClockScale in tests).
@@ -715,13 +754,13 @@ type effects struct {
 	// promised ballot other than the last one persisted.
 	soft       *paxos.SoftState
 	newPromise bool
-	// early are the messages that depend on nothing this Ready persists
-	// (a leader's Accepts, chosen values: see
-	// paxos.Message.DependsOnPersist); late are the others.
-	early, late []paxos.Message
-	// persist reports hard state or entries to save, fsynced if mustSync.
-	persist  bool
-	mustSync bool
+	// msgs are the messages to send: with paxos.Config.AsyncWrites every
+	// one may leave at once (the core holds back the answers that depend
+	// on a write in flight until it is durable).
+	msgs []paxos.Message
+	// write is the hard state and entries to hand to the log writer
+	// (write.id 0: none), fsynced if write.sync.
+	write logWrite
 	// snapshot, chosen: state to install, slots to apply, in this order.
 	snapshot paxos.Snapshot
 	chosen   []paxos.Entry
@@ -734,35 +773,33 @@ type effects struct {
 func (r *Replica) effectsOf(rd paxos.Ready) *effects {
 	fx := &effects{rd: rd, soft: rd.SoftState, snapshot: rd.Snapshot, chosen: rd.Chosen, refusals: rd.Outcomes}
 	fx.newPromise = !rd.HardState.IsEmpty() && rd.HardState.Promised != r.promised
-	for _, m := range rd.Messages {
-		if m.DependsOnPersist() {
-			fx.late = append(fx.late, m)
-		} else {
-			fx.early = append(fx.early, m)
-		}
+	fx.msgs = rd.Messages
+	if rd.WriteID != 0 {
+		fx.write = logWrite{id: rd.WriteID, hs: rd.HardState, ents: rd.Entries, sync: rd.MustSync}
 	}
-	fx.persist = !rd.HardState.IsEmpty() || len(rd.Entries) > 0
-	fx.mustSync = rd.MustSync
 	return fx
 }
 
 // processReady carries out the core's Ready batches.
-func (r *Replica) processReady() error {
+func (r *Replica) processReady(ctx context.Context) error {
 	for r.node.HasReady() {
-		if err := r.execute(r.effectsOf(r.node.Ready())); err != nil {
+		if err := r.execute(ctx, r.effectsOf(r.node.Ready())); err != nil {
 			return err
 		}
 	}
-	return r.maybeSnapshot()
+	return r.maybeSnapshot(ctx)
 }
 
 // execute carries out one Ready's effects in the order paxos/doc.go
-// prescribes: note the role → send what may go early → persist (fsync) →
-// send the rest → end the master role → install snapshot → apply, command
-// by command: the master role follows the state, then the proposer gets
-// the result → answer the refused proposals → Advance. It is the one place
-// that order is written.
-func (r *Replica) execute(fx *effects) error {
+// prescribes for a core that writes asynchronously: note the role → hand
+// the write to the log writer → send (the core has held back whatever
+// depends on a write in flight) → end the master role → install snapshot
+// (once every write handed over is carried out) → apply, command by
+// command: the master role follows the state, then the proposer gets the
+// result → answer the refused proposals → Advance. The write's completion
+// comes back later, on the log writer's done channel (Replica.persisted).
+// It is the one place that order is written.
+func (r *Replica) execute(ctx context.Context, fx *effects) error {
 	rd := fx.rd
 	// 0. A Ready that ends mastership stops serving before any of its
 	// messages leave (masterGone).
@@ -776,31 +813,18 @@ func (r *Replica) execute(fx *effects) error {
 		st := r.node.Status()
 		r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
 	}
-	// 1. Messages that depend on nothing persisted leave first, so that
-	// the leader's own fsync overlaps its followers'.
-	for _, m := range fx.early {
+	// 1. Hand the write to the log writer; the loop does not wait for it.
+	if fx.write.id != 0 {
+		r.logw.enqueue(fx.write)
+		r.lastWrite = fx.write.id
+	}
+	// 2. Send. A leader's Accepts leave while its own write is in flight,
+	// so that its fsync overlaps its followers'.
+	for _, m := range fx.msgs {
 		r.send(m)
 	}
-	// 2. Persist.
-	if fx.persist {
-		t0 := time.Now()
-		if fx.mustSync && r.cfg.SyncDelay > 0 {
-			time.Sleep(r.cfg.SyncDelay)
-		}
-		if err := r.logdb.Save(rd.HardState, rd.Entries, fx.mustSync); err != nil {
-			return fmt.Errorf("saving paxos state: %w", err)
-		}
-		if fx.mustSync {
-			r.metrics.fsync.Observe(time.Since(t0).Seconds())
-			if err := r.store.recordGuard(false); err != nil {
-				return err
-			}
-		}
-	}
-	// 3. Send the rest.
-	for _, m := range fx.late {
-		r.send(m)
-	}
+	// 3. (Answers that depend on a write leave in a later Ready, once the
+	// log writer reports it durable.)
 	// 4. End the master role once the successor has been told.
 	if endRole {
 		why := "leadership lost"
@@ -809,8 +833,12 @@ func (r *Replica) execute(fx *effects) error {
 		}
 		r.loseMaster(why)
 	}
-	// 5. Install a snapshot, then apply chosen slots in order.
+	// 5. Install a snapshot, once every write handed over is carried out
+	// (it replaces the log below it), then apply chosen slots in order.
 	if !fx.snapshot.IsEmpty() {
+		if err := r.barrier(ctx); err != nil {
+			return err
+		}
 		if err := r.installSnapshot(fx.snapshot); err != nil {
 			return err
 		}
@@ -837,7 +865,7 @@ func (r *Replica) execute(fx *effects) error {
 	}
 	// 6. Answer the proposals the core ended without applying them.
 	r.pipe.refuse(fx.refusals)
-	r.refuseMemberWaiters(fx.refusals)
+	r.members.refuse(fx.refusals)
 	// 7. Advance.
 	r.node.Advance(rd)
 	return nil
@@ -863,7 +891,7 @@ func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 	if err := r.ns.InstallSnapshot(bytes.NewReader(nsData)); err != nil {
 		return fmt.Errorf("installing snapshot at slot %d: %w", snap.Slot, err)
 	}
-	r.installDirectory(dir, snap)
+	r.members.install(dir, snap)
 	r.lastSnap = uint64(snap.Slot)
 	r.sums.record(uint64(snap.Slot), r.ns.Checksum())
 	r.metrics.snapshotsInstalled.Inc()
@@ -897,7 +925,7 @@ func (r *Replica) apply(e paxos.Entry) ([]namespace.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("applying slot %d: %w", e.Slot, err)
 	}
-	r.applyMembers(e)
+	r.members.apply(e)
 	if e.Value.Conf != nil {
 		results = nil // no namespace command to answer
 	} else if cellCmds {
@@ -909,17 +937,21 @@ func (r *Replica) apply(e paxos.Entry) ([]namespace.Result, error) {
 }
 
 // maybeSnapshot compacts the Paxos log every SnapshotEvery applied slots.
-func (r *Replica) maybeSnapshot() error {
+func (r *Replica) maybeSnapshot(ctx context.Context) error {
 	applied := r.ns.AppliedSlot()
 	if applied < r.lastSnap+r.cfg.SnapshotEvery {
 		return nil
+	}
+	// The snapshot's write must not overtake a write handed over before.
+	if err := r.barrier(ctx); err != nil {
+		return err
 	}
 	var buf bytes.Buffer
 	slot, err := r.ns.Snapshot(&buf)
 	if err != nil {
 		return fmt.Errorf("taking snapshot: %w", err)
 	}
-	snap, err := r.snapshotWithMembers(slot, buf.Bytes())
+	snap, err := r.members.snapshot(slot, buf.Bytes())
 	if err != nil {
 		return fmt.Errorf("taking snapshot: %w", err)
 	}
@@ -962,7 +994,7 @@ func (r *Replica) afterStep(lastTick monotime.Time, interval time.Duration) {
 	}
 	r.leaseDeadline.Store(int64(deadline))
 	r.successor.Store(uint64(st.Successor))
-	r.syncPeers(st.Members)
+	r.members.syncPeers(st.Members)
 	r.campaigning.Store(st.Role == paxos.Candidate || (st.IsLeader && !st.Master))
 	prev := r.status.Swap(&st)
 	r.metrics.observeStatus(prev, &st)
@@ -1082,7 +1114,7 @@ func (r *Replica) awaitTakeOver(ctx context.Context) *master {
 }
 
 func (r *Replica) becomeMaster(st paxos.Status) {
-	m, err := newMaster(r, uint64(st.Epoch))
+	m, err := newMaster(r.masterDeps(uint64(st.Epoch)), uint64(st.Epoch))
 	if err != nil {
 		r.log.Error("cannot start the master role", "err", err)
 		return
@@ -1120,6 +1152,11 @@ func (q quietPebbleLogger) Errorf(format string, args ...any) {
 func (q quietPebbleLogger) Fatalf(format string, args ...any) {
 	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 	os.Exit(1)
+}
+
+// admin is the caller the cell itself uses for its own commands.
+func (r *Replica) admin() namespace.Caller {
+	return namespace.Caller{Principal: r.cfg.AdminPrincipal}
 }
 
 // locksHeld counts the lock grants held in the applied state (metrics and

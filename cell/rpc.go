@@ -2,18 +2,120 @@ package cell
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
+	"github.com/lockcell/lockcell/sequencer"
 	"github.com/lockcell/lockcell/session"
 	"github.com/lockcell/lockcell/transport"
 )
 
+// handlerDeps is what the RPC handlers need of their replica, and the only
+// way they reach it: the replica builds it once (wire.go), and every call
+// carries it (rpcCall.d). Its parts follow the handler families:
+//
+//   - roleDeps, the master role and admission: every family (rpc.go,
+//     auth.go);
+//   - state, the applied state read at the master, and propose and
+//     submit, the way a request's command reaches Paxos: the node, lock,
+//     session, token and tenant handlers;
+//   - seq, the cell's name and signing key: the lock handlers
+//     (rpc_lock.go);
+//   - ka, the KeepAlive accounting: the session handlers and the
+//     KeepAlive stream (rpc_session.go, kastream.go);
+//   - admin, the replica-wide calls of the administrator (rpc_admin.go,
+//     backup.go), and members, its membership changes (rpc_member.go).
+type handlerDeps struct {
+	roleDeps
+	state appliedState
+	// propose runs op through the pipeline under the master role m as
+	// caller's request and waits for its outcome (pipeline.do); submit is
+	// its non-blocking form (pipeline.submit).
+	propose func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op) (namespace.Result, error)
+	submit  func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op, done func(namespace.Result, error))
+	seq     sequencerKey
+	ka      keepAliveDeps
+	admin   adminDeps
+	members *membership
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// roleDeps is how a call learns whether this replica serves as master.
+type roleDeps struct {
+	// serving returns the master role if this replica serves now (it
+	// leads and its master lease is live); awaitTakeOver waits a little
+	// for it while the replica is taking over (Replica.awaitTakeOver).
+	serving       func() *master
+	awaitTakeOver func(ctx context.Context) *master
+	// notMaster is the NotMaster error naming the master this replica
+	// knows of; sessionError maps the session manager's errors.
+	notMaster    func() *api.Error
+	sessionError func(error) *api.Error
+	// adminPrincipal is the cell administrator (Config.AdminPrincipal).
+	adminPrincipal string
+}
+
+// appliedState is the applied state as the handlers read it (the
+// namespace's reads; namespace.Store implements it).
+type appliedState interface {
+	Stat(c namespace.Caller, path string) (api.NodeStat, error)
+	GetContentsAndStat(c namespace.Caller, path string) ([]byte, api.NodeStat, error)
+	ReadDir(c namespace.Caller, path, after string, limit int) (namespace.DirPage, error)
+	Allowed(c namespace.Caller, path string, perm api.Perm) (bool, error)
+	CheckSequencer(c namespace.Caller, seq sequencer.Sequencer) (bool, error)
+	ListSessions(c namespace.Caller, tenant string) ([]api.SessionInfo, error)
+	ListLocks(c namespace.Caller, tenant string) ([]api.LockInfo, error)
+	Tenant(c namespace.Caller, name string) (api.TenantInfo, error)
+	ListTenants(c namespace.Caller) ([]api.TenantInfo, error)
+	TokenByID(id string) (rec namespace.TokenRecord, found bool, err error)
+	ListTokens(c namespace.Caller, tenant string) ([]api.TokenInfo, error)
+}
+
+// sequencerKey is what grants and checks sequencers: the cell's name
+// (Config.Cell) and its signing key (Config.SigningKey).
+type sequencerKey struct {
+	cell string
+	key  ed25519.PrivateKey
+}
+
+// keepAliveDeps is the KeepAlive accounting of the session handlers.
+type keepAliveDeps struct {
+	// cadence is how often a client sends its KeepAlive
+	// (Config.KeepAliveCadence).
+	cadence time.Duration
+	// frames counts the KeepAlive request frames served on KeepAlive
+	// streams (Status.KeepAliveFrames).
+	frames *atomic.Uint64
+}
+
+// adminDeps are the replica-wide calls the administrator's handlers make.
+type adminDeps struct {
+	// self is this replica's ID.
+	self uint64
+	// cellStatus is the cell as this replica sees it (Replica.cellStatus);
+	// awaitOtherMaster waits for a master other than except
+	// (Replica.awaitOtherMaster).
+	cellStatus       func() *api.CellStatusResponse
+	awaitOtherMaster func(ctx context.Context, except uint64, wait time.Duration) *api.CellStatusResponse
+	// stepDown hands mastership over (Replica.StepDown); leader is the
+	// leader this replica follows (0 if none), successor the replica it
+	// handed mastership to (Replica.successor).
+	stepDown  func(ctx context.Context, next uint64) error
+	leader    func() uint64
+	successor func() uint64
+	// backup takes a backup of the applied state (Replica.Backup).
+	backup func() ([]byte, BackupInfo, error)
+}
+
 // rpcCall is one client request being served.
 type rpcCall struct {
-	r      *Replica
+	d      *handlerDeps
 	method api.Method
 	// info is the method's entry in the api table.
 	info api.MethodInfo
@@ -34,7 +136,7 @@ type handler func(ctx context.Context, c *rpcCall, f transport.Frame) (any, erro
 
 // streamHandler serves a method that takes over its stream for many
 // frames (KeepAliveStream); f is the first frame, already read.
-type streamHandler func(r *Replica, ctx context.Context, s *transport.ServerStream, f transport.Frame)
+type streamHandler func(d *handlerDeps, ctx context.Context, s *transport.ServerStream, f transport.Frame)
 
 // with adapts a typed handler function to handler: it decodes the request
 // and admits the call (see admit) before fn runs.
@@ -89,8 +191,8 @@ var (
 		api.MethodReplaceReplica:     with(handleReplaceReplica),
 	}
 	streamHandlers = map[api.Method]streamHandler{
-		api.MethodKeepAliveStream: (*Replica).serveKeepAliveStream,
-		api.MethodKeepAliveBatch:  (*Replica).serveKeepAliveStream,
+		api.MethodKeepAliveStream: (*handlerDeps).serveKeepAliveStream,
+		api.MethodKeepAliveBatch:  (*handlerDeps).serveKeepAliveStream,
 	}
 )
 
@@ -127,7 +229,7 @@ func buildEndpoints(table []api.MethodInfo, hs map[api.Method]handler, ss map[ap
 
 // serveStream serves one client stream: one request frame, one reply frame
 // (or, for a stream method, as many as it exchanges).
-func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
+func (d *handlerDeps) serveStream(ctx context.Context, s *transport.ServerStream) {
 	f, err := s.ReadFrame(ctx)
 	if err != nil {
 		return // the transport already reset a bad stream
@@ -135,10 +237,10 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 	method := api.Method(f.Tag)
 	e, ok := endpoints[method]
 	if ok && e.stream != nil {
-		e.stream(r, ctx, s, f)
+		e.stream(d, ctx, s, f)
 		return
 	}
-	c := &rpcCall{r: r, method: method, info: e.MethodInfo, id: s.Identity(), ctx: ctx}
+	c := &rpcCall{d: d, method: method, info: e.MethodInfo, id: s.Identity(), ctx: ctx}
 	start := time.Now()
 	var resp any
 	switch {
@@ -149,7 +251,7 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 	default:
 		resp, err = e.serve(ctx, c, f)
 	}
-	r.metrics.observeRPC(c.caller.Tenant, method, err, time.Since(start))
+	d.metrics.observeRPC(c.caller.Tenant, method, err, time.Since(start))
 	if err != nil {
 		tarpit(ctx, err)
 		_ = s.WriteFrame(ctx, api.ReplyError, toAPIError(err))
@@ -157,7 +259,7 @@ func (r *Replica) serveStream(ctx context.Context, s *transport.ServerStream) {
 	}
 	if sr, ok := resp.(streamedReply); ok {
 		if err := sr.writeTo(ctx, s); err != nil {
-			r.log.Debug("streamed reply failed", "method", method, "err", err)
+			d.log.Debug("streamed reply failed", "method", method, "err", err)
 		}
 		return
 	}
@@ -204,7 +306,7 @@ func (c *rpcCall) charge() error {
 	if c.caller.Tenant == "" {
 		return nil
 	}
-	m := c.r.serving()
+	m := c.d.serving()
 	if m == nil {
 		return nil
 	}
@@ -214,13 +316,13 @@ func (c *rpcCall) charge() error {
 	return m.lim.allowOp(c.caller.Tenant)
 }
 
-// admin is the caller the cell itself uses for its own commands.
-func (r *Replica) admin() namespace.Caller {
-	return namespace.Caller{Principal: r.cfg.AdminPrincipal}
+// cellCaller is the caller the cell itself uses for its own commands.
+func (d *roleDeps) cellCaller() namespace.Caller {
+	return namespace.Caller{Principal: d.adminPrincipal}
 }
 
 func (c *rpcCall) isAdmin() bool {
-	return c.caller.Tenant == "" && c.caller.Principal == c.r.cfg.AdminPrincipal
+	return c.caller.Tenant == "" && c.caller.Principal == c.d.adminPrincipal
 }
 
 // needMaster returns the master role if this replica serves now. A
@@ -228,12 +330,12 @@ func (c *rpcCall) isAdmin() bool {
 // its master role, so that a client redirected here by a hand-over is
 // served instead of sent searching.
 func (c *rpcCall) needMaster() (*master, error) {
-	m := c.r.serving()
+	m := c.d.serving()
 	if m == nil && c.ctx != nil {
-		m = c.r.awaitTakeOver(c.ctx)
+		m = c.d.awaitTakeOver(c.ctx)
 	}
 	if m == nil {
-		return nil, c.r.notMaster()
+		return nil, c.d.notMaster()
 	}
 	c.m = m
 	return m, nil
@@ -253,7 +355,7 @@ func (c *rpcCall) needSession(h api.Header) (*master, error) {
 		return nil, err
 	}
 	if _, err := m.sessions.Lease(session.ID(h.Session)); err != nil {
-		return nil, c.r.sessionError(err)
+		return nil, c.d.sessionError(err)
 	}
 	return m, nil
 }
@@ -277,7 +379,7 @@ func (c *rpcCall) ownSession(m *master, sess uint64) error {
 // propose runs op through the pipeline as the caller's request and waits
 // for its outcome (routeFor decides how it travels).
 func (c *rpcCall) propose(ctx context.Context, op namespace.Op) (namespace.Result, error) {
-	return c.r.pipe.do(ctx, c.m, originRequest, c.caller, op)
+	return c.d.propose(ctx, c.m, c.caller, op)
 }
 
 // read admits one read of the caller's tenant under its fair share of

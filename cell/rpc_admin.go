@@ -2,28 +2,11 @@ package cell
 
 import (
 	"context"
-	"crypto/ed25519"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
-	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
 )
-
-// CreateTenant creates a tenant as the cell administrator, through Paxos
-// (for operators' tooling and the dev cell). It fails with NotMaster on a
-// replica that is not master.
-func (r *Replica) CreateTenant(ctx context.Context, name string, quota api.TenantQuota) (api.TenantInfo, error) {
-	m := r.serving()
-	if m == nil {
-		return api.TenantInfo{}, r.notMaster()
-	}
-	reply, err := result(r.pipe.do(ctx, m, originRequest, r.admin(), &namespace.CreateTenant{Name: name, Quota: quota}))
-	if err != nil {
-		return api.TenantInfo{}, err
-	}
-	return reply.(*namespace.TenantReply).Tenant, nil
-}
 
 func handleCreateTenant(ctx context.Context, c *rpcCall, req *api.TenantRequest) (any, error) {
 	if req.Name == AdminTenant {
@@ -50,12 +33,12 @@ func handleListTenants(ctx context.Context, c *rpcCall, req *api.ListRequest) (a
 	var err error
 	if c.caller.Tenant != "" {
 		// A tenant principal sees its own tenant only.
-		t, err := c.r.ns.Tenant(c.caller, c.caller.Tenant)
+		t, err := c.d.state.Tenant(c.caller, c.caller.Tenant)
 		if err != nil {
 			return nil, err
 		}
 		ts = []api.TenantInfo{t}
-	} else if ts, err = c.r.ns.ListTenants(c.caller); err != nil {
+	} else if ts, err = c.d.state.ListTenants(c.caller); err != nil {
 		return nil, err
 	}
 	for i := range ts {
@@ -66,14 +49,14 @@ func handleListTenants(ctx context.Context, c *rpcCall, req *api.ListRequest) (a
 
 func handleListSessions(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
 	return c.masterRead(ctx, func() (any, error) {
-		ss, err := c.r.ns.ListSessions(c.caller, c.listTenant(req))
+		ss, err := c.d.state.ListSessions(c.caller, c.listTenant(req))
 		return &api.ListSessionsResponse{Sessions: ss}, err
 	})
 }
 
 func handleListLocks(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
 	return c.masterRead(ctx, func() (any, error) {
-		ls, err := c.r.ns.ListLocks(c.caller, c.listTenant(req))
+		ls, err := c.d.state.ListLocks(c.caller, c.listTenant(req))
 		return &api.ListLocksResponse{Locks: ls}, err
 	})
 }
@@ -108,9 +91,9 @@ func handleCellStatus(ctx context.Context, c *rpcCall, req *api.CellStatusReques
 		if wait <= 0 || wait > api.MaxStatusWait {
 			wait = api.MaxStatusWait
 		}
-		st = c.r.awaitOtherMaster(ctx, req.Except, wait)
+		st = c.d.admin.awaitOtherMaster(ctx, req.Except, wait)
 	} else {
-		st = c.r.cellStatus()
+		st = c.d.admin.cellStatus()
 	}
 	if !c.isAdmin() {
 		// The progress fields reveal the whole cell's write activity, every
@@ -123,53 +106,15 @@ func handleCellStatus(ctx context.Context, c *rpcCall, req *api.CellStatusReques
 	return st, nil
 }
 
-func (r *Replica) cellStatus() *api.CellStatusResponse {
-	st := r.Status()
-	resp := &api.CellStatusResponse{
-		Cell: r.cfg.Cell, Replica: r.cfg.ID, Master: st.Leader, Epoch: api.Epoch(st.Epoch),
-		Chosen: st.Chosen, Applied: st.Applied, Checksum: api.Checksum(st.Checksum),
-		PublicKey: r.cfg.SigningKey.Public().(ed25519.PublicKey),
-		Role:      st.Role, Rebuild: st.Rebuild.String(),
-		MasterLease: int64(r.masterLease()),
-	}
-	if !st.IsLeader && st.Leader == r.cfg.ID {
-		resp.Master = 0
-	}
-	now := monotime.Now()
-	top := st.Chosen
-	d := r.mem.view.Load()
-	resp.MembershipSlot = uint64(d.Members.Index)
-	for _, id := range members(d.Members) {
-		rs := api.ReplicaStatus{ID: id, Addr: d.addr(id, r.cfg.Replicas), Master: id == resp.Master && resp.Master != 0,
-			Learner: isLearner(d.Members, id)}
-		if id == r.cfg.ID {
-			rs.Chosen, rs.Applied, rs.Role, rs.Epoch = st.Chosen, st.Applied, st.Role, api.Epoch(st.Epoch)
-		} else if p, ok := r.progress.get(id); ok {
-			rs.Chosen, rs.Applied, rs.Role, rs.Epoch = p.Chosen, p.Applied, p.Role, api.Epoch(p.Epoch)
-			rs.HeardMillis = max(now.Sub(p.at).Milliseconds(), 1)
-		} else {
-			rs.Role, rs.HeardMillis = api.RoleUnknown, -1
-		}
-		top = max(top, rs.Chosen)
-		resp.Replicas = append(resp.Replicas, rs)
-	}
-	for i := range resp.Replicas {
-		if rs := &resp.Replicas[i]; rs.HeardMillis >= 0 && top > rs.Applied {
-			rs.Lag = top - rs.Applied
-		}
-	}
-	return resp
-}
-
 func handleStepDown(ctx context.Context, c *rpcCall, req *api.StepDownRequest) (any, error) {
-	if err := c.r.StepDown(ctx, req.Next); err != nil {
+	if err := c.d.admin.stepDown(ctx, req.Next); err != nil {
 		return nil, apiErr(api.FailedPrecondition, "step-down: "+err.Error())
 	}
 	// StepDown returned once this replica follows another leader: the one
 	// that took over.
-	succ := c.r.successor.Load()
-	if st := c.r.status.Load(); st != nil && st.Leader != 0 && uint64(st.Leader) != c.r.cfg.ID {
-		succ = uint64(st.Leader)
+	succ := c.d.admin.successor()
+	if l := c.d.admin.leader(); l != 0 && l != c.d.admin.self {
+		succ = l
 	}
 	return &api.StepDownResponse{Successor: succ}, nil
 }

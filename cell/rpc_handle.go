@@ -20,7 +20,7 @@ func handleOpen(ctx context.Context, c *rpcCall, req *api.OpenRequest) (any, err
 	if err != nil {
 		return nil, err
 	}
-	st, err := c.r.ns.Stat(c.caller, req.Path)
+	st, err := c.d.state.Stat(c.caller, req.Path)
 	end()
 	switch {
 	case err == nil && !req.MustCreate:
@@ -59,7 +59,7 @@ func (c *rpcCall) cacheable(m *master, h api.Header, hd api.Handle) bool {
 	if !hd.Cache {
 		return false
 	}
-	if ok, err := c.r.ns.Allowed(c.caller, hd.Path, api.PermRead); err != nil || !ok {
+	if ok, err := c.d.state.Allowed(c.caller, hd.Path, api.PermRead); err != nil || !ok {
 		return false
 	}
 	return m.caches.register(h.Session, hd.Path)
@@ -87,7 +87,7 @@ func handleGetContents(ctx context.Context, c *rpcCall, req *api.HandleRequest) 
 		return nil, err
 	}
 	defer end()
-	data, st, err := c.r.ns.GetContentsAndStat(c.caller, req.Handle.Path)
+	data, st, err := c.d.state.GetContentsAndStat(c.caller, req.Handle.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func handleGetStat(ctx context.Context, c *rpcCall, req *api.HandleRequest) (any
 		return nil, err
 	}
 	defer end()
-	st, err := c.r.ns.Stat(c.caller, req.Handle.Path)
+	st, err := c.d.state.Stat(c.caller, req.Handle.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func handleReadDir(ctx context.Context, c *rpcCall, req *api.ReadDirRequest) (an
 		return nil, err
 	}
 	defer end()
-	page, err := c.r.ns.ReadDir(c.caller, req.Handle.Path, req.After, req.Limit)
+	page, err := c.d.state.ReadDir(c.caller, req.Handle.Path, req.After, req.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func handleReadDir(ctx context.Context, c *rpcCall, req *api.ReadDirRequest) (an
 
 // currentStat checks that the handle's node still exists in its instance.
 func (c *rpcCall) currentStat(hd api.Handle) (api.NodeStat, error) {
-	st, err := c.r.ns.Stat(c.caller, hd.Path)
+	st, err := c.d.state.Stat(c.caller, hd.Path)
 	if err != nil {
 		return st, err
 	}

@@ -26,7 +26,7 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 		if err != nil {
 			return nil, err
 		}
-		return c.r.sequencerResponse(g)
+		return c.d.seq.response(g)
 	}
 	// A blocked Acquire counts against its caller's tenant's MaxWaiters
 	// until this call returns.
@@ -38,13 +38,13 @@ func handleAcquire(ctx context.Context, c *rpcCall, req *api.AcquireRequest) (an
 	if err != nil {
 		return nil, err
 	}
-	return c.r.sequencerResponse(g)
+	return c.d.seq.response(g)
 }
 
-// sequencerResponse builds the signed sequencer of a grant.
-func (r *Replica) sequencerResponse(g *namespace.Granted) (*api.SequencerResponse, error) {
-	seq := sequencer.Sequencer{Cell: r.cfg.Cell, Tenant: g.Tenant, Path: g.Path, Mode: sequencer.Mode(g.Mode), Generation: g.Generation, Instance: g.Instance}
-	seq, err := seq.Sign(r.cfg.SigningKey)
+// response builds the signed sequencer of a grant.
+func (k sequencerKey) response(g *namespace.Granted) (*api.SequencerResponse, error) {
+	seq := sequencer.Sequencer{Cell: k.cell, Tenant: g.Tenant, Path: g.Path, Mode: sequencer.Mode(g.Mode), Generation: g.Generation, Instance: g.Instance}
+	seq, err := seq.Sign(k.key)
 	if err != nil {
 		return nil, apiErr(api.Internal, "signing sequencer: "+err.Error())
 	}
@@ -78,7 +78,7 @@ func handleGetSequencer(ctx context.Context, c *rpcCall, req *api.HandleRequest)
 	if err != nil {
 		return nil, err
 	}
-	locks, err := c.r.ns.ListLocks(c.r.admin(), tenantOf(req.Handle.Path))
+	locks, err := c.d.state.ListLocks(c.d.cellCaller(), tenantOf(req.Handle.Path))
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func handleGetSequencer(ctx context.Context, c *rpcCall, req *api.HandleRequest)
 		}
 		for _, h := range l.Holders {
 			if h == req.Session {
-				return c.r.sequencerResponse(&namespace.Granted{Tenant: tenantOf(l.Path), Path: l.Path, Mode: l.Mode, Generation: l.Generation, Instance: l.Instance})
+				return c.d.seq.response(&namespace.Granted{Tenant: tenantOf(l.Path), Path: l.Path, Mode: l.Mode, Generation: l.Generation, Instance: l.Instance})
 			}
 		}
 	}
@@ -103,17 +103,17 @@ func handleCheckSequencer(ctx context.Context, c *rpcCall, req *api.CheckSequenc
 	if err != nil {
 		return nil, errInvalid(err.Error())
 	}
-	if seq.Cell != c.r.cfg.Cell {
+	if seq.Cell != c.d.seq.cell {
 		return &api.CheckSequencerResponse{Reason: "the sequencer was granted by another cell"}, nil
 	}
-	if !seq.Verify(c.r.cfg.SigningKey.Public().(ed25519.PublicKey)) {
+	if !seq.Verify(c.d.seq.key.Public().(ed25519.PublicKey)) {
 		return &api.CheckSequencerResponse{Reason: "the sequencer's signature does not verify"}, nil
 	}
 	end, err := c.read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ok, err := c.r.ns.CheckSequencer(c.caller, seq)
+	ok, err := c.d.state.CheckSequencer(c.caller, seq)
 	end()
 	if err != nil {
 		return nil, err

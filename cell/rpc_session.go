@@ -20,10 +20,10 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 	}
 	lease, err := m.sessions.Lease(session.ID(sc.Session))
 	if err != nil {
-		return nil, c.r.sessionError(err)
+		return nil, c.d.sessionError(err)
 	}
 	return &api.CreateSessionResponse{Session: sc.Session, Epoch: m.epoch, LeaseTimeout: int64(lease), Principal: c.caller.Principal, Tenant: c.caller.Tenant,
-		Cadence: int64(max(c.r.cfg.KeepAliveCadence, 0))}, nil
+		Cadence: int64(max(c.d.ka.cadence, 0))}, nil
 }
 
 func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (any, error) {
@@ -36,10 +36,10 @@ func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest)
 	if req.Epoch != m.epoch {
 		ack = 0 // sequence numbers restart with each master
 	}
-	c.r.metrics.keepalives.Inc()
+	c.d.metrics.keepalives.Inc()
 	reply, err := m.sessions.KeepAlive(ctx, session.ID(req.Session), ack)
 	if err != nil {
-		return nil, c.r.sessionError(err)
+		return nil, c.d.sessionError(err)
 	}
 	return keepAliveResponse(reply), nil
 }

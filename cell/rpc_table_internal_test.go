@@ -4,12 +4,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
-	"github.com/lockcell/lockcell/paxos"
 )
 
 // TestEveryMethodServed: every api method has exactly one entry in the
@@ -67,22 +65,24 @@ func TestEveryMethodServed(t *testing.T) {
 // principal and charges the administrator nothing.
 func TestAdmissionByClass(t *testing.T) {
 	const tenant = "t"
-	r := &Replica{cfg: Config{AdminPrincipal: DefaultAdminPrincipal}}
-	r.metrics = newMetrics(metricsSources{})
-	r.status.Store(&paxos.Status{Master: true})
-	r.leaseDeadline.Store(int64(monotime.Now().Add(time.Hour)))
+	shed := newMetrics(metricsSources{}).shed
+	var serving *master
+	d := &handlerDeps{roleDeps: roleDeps{
+		serving:        func() *master { return serving },
+		adminPrincipal: DefaultAdminPrincipal,
+	}}
 	fresh := func() *limiter {
 		now := monotime.Now()
 		return newLimiter(limiterDeps{
 			quota: func(string) (api.TenantQuota, bool) {
 				return api.TenantQuota{OpsPerSecond: 1, KeepAlivesPerSecond: 1}, true
 			},
-			shed: r.metrics.shed,
+			shed: shed,
 			now:  func() monotime.Time { return now },
 		})
 	}
 	call := func(mi api.MethodInfo, caller namespace.Caller) error {
-		c := &rpcCall{r: r, method: mi.Method, info: mi, caller: caller}
+		c := &rpcCall{d: d, method: mi.Method, info: mi, caller: caller}
 		return c.charge()
 	}
 	user := namespace.Caller{Tenant: tenant, Principal: "p"}
@@ -93,11 +93,7 @@ func TestAdmissionByClass(t *testing.T) {
 	}
 	judged := map[api.Admission]int{}
 	for _, mi := range api.Methods() {
-		m := &master{lim: fresh()}
-		r.master.Store(m)
-		if r.serving() != m {
-			t.Fatal("the test replica does not serve as master")
-		}
+		serving = &master{lim: fresh()}
 		var errs []error
 		for range 3 {
 			errs = append(errs, call(mi, user))

@@ -9,11 +9,6 @@ import (
 
 // Token administration (see auth.go for how tokens authenticate).
 
-// tokenRecord returns the stored record of token id.
-func (r *Replica) tokenRecord(id string) (namespace.TokenRecord, bool, error) {
-	return r.ns.TokenByID(id)
-}
-
 // tokenApplied reacts to applied token commands: a revocation ends the
 // sessions bound to the token. It runs on the run loop goroutine.
 func (m *master) tokenApplied(reply namespace.Reply) {
@@ -34,7 +29,7 @@ func handleIssueToken(ctx context.Context, c *rpcCall, req *api.IssueTokenReques
 	if err != nil {
 		return nil, err
 	}
-	c.r.log.Info("tenant token issued", "tenant", req.Tenant, "principal", req.Principal, "token", id)
+	c.d.log.Info("tenant token issued", "tenant", req.Tenant, "principal", req.Principal, "token", id)
 	return &api.IssueTokenResponse{Token: tok, Info: reply.(*namespace.TokenIssued).Info}, nil
 }
 
@@ -43,12 +38,12 @@ func handleRevokeToken(ctx context.Context, c *rpcCall, req *api.RevokeTokenRequ
 	if err != nil {
 		return nil, err
 	}
-	c.r.log.Info("tenant token revoked", "tenant", req.Tenant, "token", req.ID)
+	c.d.log.Info("tenant token revoked", "tenant", req.Tenant, "token", req.ID)
 	return &api.IssueTokenResponse{Info: reply.(*namespace.TokenRevoked).Info}, nil
 }
 
 func handleListTokens(ctx context.Context, c *rpcCall, req *api.ListRequest) (any, error) {
-	ts, err := c.r.ns.ListTokens(c.caller, req.Tenant)
+	ts, err := c.d.state.ListTokens(c.caller, req.Tenant)
 	if err != nil {
 		return nil, err
 	}

@@ -94,6 +94,9 @@ type Client struct {
 		// batches (see kaStream).
 		legacy atomic.Pointer[transport.ClientConn]
 	}
+	// ka runs the KeepAlive state machines of all the client's sessions
+	// (kaloop.go).
+	ka kaLoop
 }
 
 // Dial connects to the cell's master. It returns once it has reached a

@@ -1,14 +1,17 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -18,36 +21,41 @@ import (
 // sessions it carries.
 //
 // It speaks batches (api.KeepAliveBatchRequest) to a replica that knows
-// them: the KeepAlives that sessions issue while a frame is being written,
-// or while the sessions just answered together are still re-sending, go
-// out together as one frame, and the master parks the frame as one
-// long-poll and answers it in one frame. Sessions answered together re-send
-// together, so in steady state a connection exchanges one pair of frames
-// per cadence, however many sessions it carries. Each KeepAlive keeps its
-// own number (Call), reply and lease proof: its send time is taken by the
-// session before it is queued, so the frame leaves after it, which can only
-// shorten the lease it proves; the lease rules (lease_exact.go, the
-// Session doc) apply to each exactly as to a KeepAlive of its own.
+// them: the client's KeepAlive loop (kaloop.go) hands the KeepAlives that
+// its sessions start in one round to the sender as one lot, and the sender
+// writes each lot as one frame (or a few, if it is large); the master parks
+// the frame as one long-poll and answers it in one frame. Sessions answered
+// together are handled in one round of the loop and re-send together, so in
+// steady state a connection exchanges one pair of frames per cadence,
+// however many sessions it carries. Each KeepAlive keeps its own number
+// (Call), reply and lease proof: its send time is taken by the loop before
+// it is handed over, so the frame leaves after it, which can only shorten
+// the lease it proves; the lease rules (lease_exact.go, the Session doc)
+// apply to each exactly as to a KeepAlive of its own.
 //
 // To a replica that answers the batch method with "unknown method" (one
 // that predates it) the KeepAlives go as one numbered frame each
 // (api.KeepAliveStreamRequest) on a stream opened for them, and the
 // connection keeps that form.
 //
+// Nobody waits for a reply: the stream's reader turns each reply into a
+// result for the loop, and a failure of the stream into a failure of every
+// KeepAlive on it, so a KeepAlive in flight costs an entry in calls and no
+// goroutine.
+//
 // What was tried: one stream per KeepAlive (a long-poll each) parked a
 // stream per session, so past the replica's stream limit KeepAlives queued
 // behind each other and sessions fell into jeopardy although the master
 // was healthy. Numbered KeepAlives on one stream, one frame each, fixed
 // that but cost the master a frame, a goroutine and a timer per session
-// per cadence. A batch that waits for its slowest member was avoided: a
-// batch is written as soon as its expected members are in (or after
-// kaLinger), and nobody waits for a reply to another session's KeepAlive.
+// per cadence. Batches written by whichever session's goroutine came first,
+// lingering a few milliseconds for the sessions answered together, worked
+// but kept a goroutine parked per session for its reply.
 //
 // The stream lives as long as it works: a write or read failure ends it
-// (every KeepAlive waiting on it fails with that error) and the next
-// KeepAlive opens another. One session's KeepAlive giving up (its
-// context ending) never touches the stream: writes use the stream's own
-// context.
+// (every KeepAlive on it fails with that error) and the next KeepAlive
+// opens another. One session's KeepAlive given up never touches the
+// stream: its entry is forgotten, and a late reply to it is dropped.
 type kaStream struct {
 	cc     *transport.ClientConn
 	s      *transport.ClientStream
@@ -56,27 +64,63 @@ type kaStream struct {
 	// batch: the stream carries MethodKeepAliveBatch frames; otherwise one
 	// MethodKeepAliveStream frame per KeepAlive.
 	batch bool
-	wlock chan struct{} // held (full) while a per-session frame is written
-	more  chan struct{} // buffer of one; poked when a KeepAlive is queued
 
-	mu    sync.Mutex
-	next  uint64
-	calls map[uint64]chan api.KeepAliveStreamReply
-	// Batch streams only:
-	queue   []api.KeepAliveStreamRequest // waiting for the next frame
-	writing bool                         // a caller is writing frames
-	// expect counts the sessions answered by reply frames whose next
-	// KeepAlive has not been queued yet: the writer waits (at most
-	// kaLinger) for them, so that they go out in one frame.
-	expect int
+	mu   sync.Mutex
+	next uint64
+	// calls are the KeepAlives written (or being written) on the stream
+	// and not yet answered, failed or given up, by call number. Each holds
+	// a use of cc (Client.use) that its removal releases.
+	calls map[uint64]*kaCall
+	// dead: the stream failed and its calls were failed; nothing more may
+	// join it.
+	dead bool
 	// answered: a batch reply came, so the replica knows the method.
 	answered bool
 }
 
+// kaCall is one KeepAlive from the moment a session's loop starts it until
+// its result reaches the loop: it waits for the sender, then in a
+// stream's calls for the reply.
+type kaCall struct {
+	l       *loop
+	id      uint64
+	req     api.KeepAliveRequest
+	sent    monotime.Time
+	replica uint64 // where it was meant to go, as far as the client knew
+	// before is the client's redirect count when the KeepAlive started
+	// (see Client.redirectedSince).
+	before uint64
+	// hold: the reply is to be lost (HoldKeepAlives).
+	hold bool
+	// deadline is when the loop gives the KeepAlive up: the sender waits
+	// for a connection no longer than that on its behalf.
+	deadline monotime.Time
+	// given is set when the loop gave it up; ks and call say where it
+	// went (set by the sender under ks.mu).
+	given atomic.Bool
+	ks    atomic.Pointer[kaStream]
+	call  uint64
+}
+
+// giveUp forgets kc wherever it is: the sender skips it, and a stream it
+// is on drops its entry (and the reply, if one comes). Only the loop calls
+// it; the loop makes the KeepAlive's failure itself.
+func (kc *kaCall) giveUp(c *Client) {
+	kc.given.Store(true)
+	if ks := kc.ks.Load(); ks != nil {
+		ks.mu.Lock()
+		mine := ks.calls[kc.call] == kc
+		if mine {
+			delete(ks.calls, kc.call)
+		}
+		ks.mu.Unlock()
+		if mine {
+			c.release(ks.cc)
+		}
+	}
+}
+
 const (
-	// kaLinger bounds how long a batch's writer waits for the KeepAlives
-	// of sessions that were answered together with those it has.
-	kaLinger = 5 * time.Millisecond
 	// kaBatchMax and kaBatchBytes bound one batch frame (well below the
 	// replica's 1 MiB limit on request frames); a larger batch goes out
 	// as several frames.
@@ -107,15 +151,15 @@ func (c *Client) kaStreamOn(ctx context.Context, cc *transport.ClientConn) (*kaS
 	if err != nil {
 		return nil, err
 	}
-	ks := &kaStream{cc: cc, s: s, batch: c.kas.legacy.Load() != cc, wlock: make(chan struct{}, 1), more: make(chan struct{}, 1),
-		calls: map[uint64]chan api.KeepAliveStreamReply{}}
+	ks := &kaStream{cc: cc, s: s, batch: c.kas.legacy.Load() != cc, calls: map[uint64]*kaCall{}}
 	ks.ctx, ks.cancel = context.WithCancelCause(cc.Context())
 	c.kas.cur = ks
 	go ks.read(c)
 	return ks, nil
 }
 
-// fail ends the stream with err (the first call wins).
+// fail ends the stream with err (the first call wins); its reader then
+// fails the KeepAlives on it.
 func (ks *kaStream) fail(err error) {
 	if ks.ctx.Err() == nil {
 		ks.cancel(err)
@@ -123,9 +167,10 @@ func (ks *kaStream) fail(err error) {
 	ks.s.Cancel(transport.StreamCodeCanceled)
 }
 
-// read delivers replies to the KeepAlives waiting for them, until the
-// stream fails.
+// read turns replies into results for the KeepAlive loop until the stream
+// fails, and then fails the KeepAlives still on it.
 func (ks *kaStream) read(c *Client) {
+	defer ks.failCalls(c)
 	for {
 		f, err := ks.s.ReadFrame(ks.ctx)
 		if err != nil {
@@ -141,7 +186,7 @@ func (ks *kaStream) read(c *Client) {
 					return
 				}
 				c.heardFrom(ks.cc)
-				ks.deliver(r)
+				ks.deliver(c, []api.KeepAliveStreamReply{r})
 				continue
 			}
 			var r api.KeepAliveBatchReply
@@ -150,25 +195,10 @@ func (ks *kaStream) read(c *Client) {
 				return
 			}
 			c.heardFrom(ks.cc)
-			// Count the sessions this frame answers before any of them
-			// can re-send, so that the first to re-send waits for the rest.
-			chs := make([]chan api.KeepAliveStreamReply, len(r.Replies))
 			ks.mu.Lock()
 			ks.answered = true
-			for i, e := range r.Replies {
-				if chs[i] = ks.calls[e.Call]; chs[i] != nil {
-					delete(ks.calls, e.Call)
-					if e.Err == nil {
-						ks.expect++
-					}
-				}
-			}
 			ks.mu.Unlock()
-			for i, ch := range chs {
-				if ch != nil {
-					ch <- r.Replies[i] // buffered: one reply per call
-				}
-			}
+			ks.deliver(c, r.Replies)
 		case api.ReplyError:
 			ae := &api.Error{}
 			if err := f.Decode(ae); err != nil {
@@ -204,219 +234,176 @@ func (ks *kaStream) unknownMethod(ae *api.Error) bool {
 	return ae.Code == api.InvalidArgument && strings.HasPrefix(ae.Msg, "unknown method") || ae.Code == api.Unauthenticated
 }
 
-// deliver hands r to the KeepAlive waiting for it and reports whether one
-// was.
-func (ks *kaStream) deliver(r api.KeepAliveStreamReply) bool {
+// deliver turns replies into results for the KeepAlive loop, with
+// rpcOnce's treatment of error replies (NotMaster retires the connection,
+// Unavailable drops it). A reply to a KeepAlive given up is dropped.
+func (ks *kaStream) deliver(c *Client, replies []api.KeepAliveStreamReply) {
+	kcs := make([]*kaCall, len(replies))
 	ks.mu.Lock()
-	ch := ks.calls[r.Call]
-	delete(ks.calls, r.Call)
-	ks.mu.Unlock()
-	if ch == nil {
-		return false
-	}
-	ch <- r // buffered: one reply per call
-	return true
-}
-
-// keepAliveOnce sends one KeepAlive on the connection's KeepAlive stream
-// and waits for its reply, with rpcOnce's treatment of failures: an error
-// reply is returned as *api.Error (NotMaster retires the connection,
-// Unavailable drops it), and a failure of the connection drops it.
-func (c *Client) keepAliveOnce(ctx context.Context, req *api.KeepAliveRequest, resp *api.KeepAliveResponse) error {
-	cc, err := c.use(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.release(cc)
-	for {
-		ks, err := c.kaStreamOn(ctx, cc)
-		if err != nil {
-			c.dropIfBroken(ctx, cc, err)
-			return err
+	for i, r := range replies {
+		if kc := ks.calls[r.Call]; kc != nil {
+			delete(ks.calls, r.Call)
+			kcs[i] = kc
 		}
-		r, err := ks.call(ctx, req)
+	}
+	ks.mu.Unlock()
+	out := make([]kaResult, 0, len(replies))
+	ok := false
+	for i, kc := range kcs {
+		if kc == nil {
+			continue
+		}
+		r := &replies[i]
+		res := kaResult{l: kc.l, id: kc.id, sent: kc.sent, replica: kc.replica}
 		switch {
-		case err == nil:
-		case ks.batch && errors.Is(context.Cause(ks.ctx), errNoBatch):
-			continue // again, on a stream of per-session frames
-		case errors.Is(err, transport.ErrEncode), ctx.Err() != nil:
-			return err
+		case r.Err != nil:
+			c.errorReply(ks.cc, r.Err)
+			res.err = r.Err
+		case r.KeepAlive == nil:
+			res.err = errors.New("client: a KeepAlive stream reply with neither response nor error")
 		default:
-			return c.kaStreamFailed(ctx, ks)
+			res.resp = *r.KeepAlive
+			ok = true
 		}
-		if r.Err != nil {
-			c.errorReply(cc, r.Err)
-			return r.Err
+		if res.err != nil {
+			res.redirected = c.redirectedSince(kc.before, res.err)
 		}
-		if r.KeepAlive == nil {
-			return errors.New("client: a KeepAlive stream reply with neither response nor error")
+		c.release(ks.cc)
+		if !kc.hold {
+			out = append(out, res)
 		}
-		*resp = *r.KeepAlive
+	}
+	if ok {
 		c.succeeded()
-		return nil
 	}
+	c.ka.post(out)
 }
 
-// call sends one KeepAlive on ks and waits for its reply. A failure of the
-// stream is returned as ks.ctx's error (kaStreamFailed says why); an
-// encoding failure as itself.
-func (ks *kaStream) call(ctx context.Context, req *api.KeepAliveRequest) (api.KeepAliveStreamReply, error) {
-	ch := make(chan api.KeepAliveStreamReply, 1)
-	ks.mu.Lock()
-	ks.next++
-	call := ks.next
-	ks.calls[call] = ch
-	write := true
-	if ks.batch {
-		ks.queue = append(ks.queue, api.KeepAliveStreamRequest{Call: call, KeepAlive: *req})
-		ks.expect = max(ks.expect-1, 0)
-		write = !ks.writing
-		ks.writing = true
-	}
-	ks.mu.Unlock()
-	defer func() {
-		ks.mu.Lock()
-		delete(ks.calls, call)
-		ks.mu.Unlock()
-	}()
-	if ks.batch {
-		select {
-		case ks.more <- struct{}{}:
-		default:
-		}
-		if write {
-			if err := ks.writeBatches(); err != nil {
-				return api.KeepAliveStreamReply{}, err
-			}
-		}
-	} else if err := ks.writeOne(ctx, call, req); err != nil {
-		return api.KeepAliveStreamReply{}, err
-	}
-	select {
-	case r := <-ch:
-		return r, nil
-	case <-ks.ctx.Done():
-		return api.KeepAliveStreamReply{}, ks.ctx.Err()
-	case <-ctx.Done():
-		ks.unqueue(call)
-		return api.KeepAliveStreamReply{}, ctx.Err()
-	}
-}
-
-// writeOne writes one KeepAlive as a frame of its own.
-func (ks *kaStream) writeOne(ctx context.Context, call uint64, req *api.KeepAliveRequest) error {
-	select {
-	case ks.wlock <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-ks.ctx.Done():
-		return ks.ctx.Err()
-	}
-	err := ks.s.WriteFrame(ks.ctx, uint16(api.MethodKeepAliveStream), &api.KeepAliveStreamRequest{Call: call, KeepAlive: *req})
-	<-ks.wlock
-	if err != nil && !errors.Is(err, transport.ErrEncode) {
-		ks.fail(err)
-		return ks.ctx.Err()
-	}
-	return err
-}
-
-// writeBatches writes what is queued, as batch frames, until the queue is
-// empty; the caller became the writer (ks.writing). Before each frame it
-// waits, at most kaLinger, for the sessions answered together with those
-// queued to queue theirs too.
-func (ks *kaStream) writeBatches() error {
-	var linger *time.Timer
-	defer func() {
-		if linger != nil {
-			linger.Stop()
-		}
-	}()
-	for {
-		ks.mu.Lock()
-		if ks.expect > 0 && len(ks.queue) < kaBatchMax {
-			ks.mu.Unlock()
-			if linger == nil {
-				linger = time.NewTimer(kaLinger)
-			} else {
-				linger.Reset(kaLinger)
-			}
-		wait:
-			for {
-				select {
-				case <-ks.more:
-					ks.mu.Lock()
-					done := ks.expect == 0 || len(ks.queue) >= kaBatchMax
-					ks.mu.Unlock()
-					if done {
-						break wait
-					}
-				case <-linger.C:
-					break wait
-				case <-ks.ctx.Done():
-					break wait
-				}
-			}
-			ks.mu.Lock()
-		}
-		batch := ks.takeLocked()
-		if len(batch) == 0 {
-			ks.writing = false
-			ks.mu.Unlock()
-			return nil
-		}
-		ks.mu.Unlock()
-		err := ks.s.WriteFrame(ks.ctx, uint16(api.MethodKeepAliveBatch), &api.KeepAliveBatchRequest{KeepAlives: batch})
-		if err != nil {
-			ks.mu.Lock()
-			ks.writing = false
-			ks.mu.Unlock()
-			ks.fail(err) // the callers whose entries it carried wait on ks.ctx
-			return ks.ctx.Err()
-		}
-	}
-}
-
-// takeLocked takes the next frame's worth of queued KeepAlives; the
-// expectation of more is settled by the frame.
-// REQUIRES: ks.mu held.
-func (ks *kaStream) takeLocked() []api.KeepAliveStreamRequest {
-	n, size := 0, 0
-	for n < len(ks.queue) && n < kaBatchMax && size < kaBatchBytes {
-		size += kaEntryBytes + len(ks.queue[n].KeepAlive.Token)
-		n++
-	}
-	batch := ks.queue[:n:n]
-	if n == len(ks.queue) {
-		ks.queue = nil
-	} else {
-		ks.queue = ks.queue[n:]
-	}
-	ks.expect = 0
-	return batch
-}
-
-// unqueue drops call's KeepAlive from the queue if it has not been written.
-func (ks *kaStream) unqueue(call uint64) {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	for i, q := range ks.queue {
-		if q.Call == call {
-			ks.queue = append(ks.queue[:i:i], ks.queue[i+1:]...)
-			return
-		}
-	}
-}
-
-// kaStreamFailed returns why ks failed, dropping its connection if that
-// failed too.
-func (c *Client) kaStreamFailed(ctx context.Context, ks *kaStream) error {
+// failCalls fails every KeepAlive left on the failed stream, once: the
+// connection is dropped if it failed too (or retired, for an error reply
+// that says so), and each KeepAlive's failure goes to the loop. On a
+// stream that ended because its replica does not know batches, the
+// KeepAlives go back to the sender instead, for a stream of their own
+// frames.
+func (ks *kaStream) failCalls(c *Client) {
 	err := context.Cause(ks.ctx)
+	ks.mu.Lock()
+	ks.dead = true
+	kcs := make([]*kaCall, 0, len(ks.calls))
+	for _, kc := range ks.calls {
+		kcs = append(kcs, kc)
+	}
+	clear(ks.calls)
+	ks.mu.Unlock()
+	slices.SortFunc(kcs, func(a, b *kaCall) int { return cmp.Compare(a.call, b.call) })
+	for range kcs {
+		c.release(ks.cc)
+	}
+	if errors.Is(err, errNoBatch) {
+		for _, kc := range kcs {
+			kc.ks.Store(nil)
+		}
+		c.ka.resend(kcs)
+		return
+	}
 	var ae *api.Error
 	if errors.As(err, &ae) {
 		c.errorReply(ks.cc, ae)
-		return err
+	} else {
+		c.dropIfBroken(c.ctx, ks.cc, err)
 	}
-	c.dropIfBroken(ctx, ks.cc, err)
-	return err
+	c.ka.fail(kcs, err)
+}
+
+// sendKeepAlives sends kcs (the sender's lot) on the current connection's
+// KeepAlive stream, dialing if there is no connection; ctx bounds the
+// wait for a connection and a stream. A KeepAlive that cannot be sent
+// fails to the loop with the reason.
+func (c *Client) sendKeepAlives(ctx context.Context, kcs []*kaCall) {
+	for len(kcs) > 0 {
+		cc, err := c.use(ctx)
+		if err != nil {
+			c.ka.fail(kcs, err)
+			return
+		}
+		if !c.useMore(cc, len(kcs)-1) {
+			c.release(cc)
+			continue // replaced meanwhile: take the next one
+		}
+		ks, err := c.kaStreamOn(ctx, cc)
+		if err != nil {
+			for range kcs {
+				c.release(cc)
+			}
+			c.dropIfBroken(ctx, cc, err)
+			c.ka.fail(kcs, err)
+			return
+		}
+		var frames [][]api.KeepAliveStreamRequest
+		ks.mu.Lock()
+		if ks.dead {
+			ks.mu.Unlock()
+			for range kcs {
+				c.release(cc)
+			}
+			continue // it failed meanwhile: the next one is opened
+		}
+		var batch []api.KeepAliveStreamRequest
+		var given []*kaCall
+		size := 0
+		for _, kc := range kcs {
+			ks.next++
+			kc.call = ks.next
+			ks.calls[kc.call] = kc
+			kc.ks.Store(ks)
+			if kc.given.Load() {
+				// Given up before it was on the stream, or just now:
+				// giveUp may have missed the entry.
+				delete(ks.calls, kc.call)
+				given = append(given, kc)
+				continue
+			}
+			entry := kaEntryBytes + len(kc.req.Token)
+			if len(batch) == kaBatchMax || (len(batch) > 0 && size+entry > kaBatchBytes) || (!ks.batch && len(batch) == 1) {
+				frames = append(frames, batch)
+				batch, size = nil, 0
+			}
+			batch = append(batch, api.KeepAliveStreamRequest{Call: kc.call, KeepAlive: kc.req})
+			size += entry
+		}
+		if len(batch) > 0 {
+			frames = append(frames, batch)
+		}
+		ks.mu.Unlock()
+		for range given {
+			c.release(cc)
+		}
+		for _, f := range frames {
+			var err error
+			if ks.batch {
+				err = ks.s.WriteFrame(ks.ctx, uint16(api.MethodKeepAliveBatch), &api.KeepAliveBatchRequest{KeepAlives: f})
+			} else {
+				err = ks.s.WriteFrame(ks.ctx, uint16(api.MethodKeepAliveStream), &f[0])
+			}
+			if err != nil {
+				// The KeepAlives on it fail with the stream (its reader
+				// fails them).
+				ks.fail(err)
+				break
+			}
+		}
+		return
+	}
+}
+
+// useMore counts n more calls under way on cc, as use does, if cc is still
+// the current connection; otherwise it counts none and reports false.
+func (c *Client) useMore(cc *transport.ClientConn, n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.conn != cc {
+		return false
+	}
+	c.mu.inflight[cc] += n
+	return true
 }

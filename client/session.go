@@ -13,8 +13,9 @@ import (
 	"github.com/lockcell/lockcell/internal/monotime"
 )
 
-// Session is a Chubby session: a lease on the master kept alive by a
-// KeepAlive loop, the handles and locks opened in it, and its events.
+// Session is a Chubby session: a lease on the master kept alive by the
+// Client's KeepAlive loop (one for all its sessions: kaloop.go), the
+// handles and locks opened in it, and its events.
 //
 // The local lease is conservative: a KeepAlive reply that the master held
 // for h and that grants d proves the lease lasts h+d from some moment after
@@ -54,8 +55,7 @@ type Session struct {
 	id       uint64
 	tenant   string
 	princ    string
-	events   chan Event
-	kick     chan struct{}
+	ka       *loop         // the session's KeepAlive state (kaloop.go)
 	stop     chan struct{} // closed to end the loop
 	stopOnce sync.Once
 	closing  atomic.Bool   // Close has begun: the end is a close, not an expiry
@@ -73,7 +73,13 @@ type Session struct {
 	dispatch struct {
 		sync.Mutex
 		queue []Event
-		wake  chan struct{}
+		// running: a goroutine delivers the queue (one at a time, so
+		// events keep their order; none while the queue is empty).
+		running bool
+		// events is the Events channel, made at the first call of Events;
+		// early holds the events before that (at most EventBuffer).
+		events chan Event
+		early  []Event
 	}
 
 	mu struct {
@@ -93,7 +99,8 @@ type Session struct {
 	}
 }
 
-// NewSession creates a session at the master and starts its KeepAlive loop.
+// NewSession creates a session at the master and hands it to the client's
+// KeepAlive loop.
 //
 // A master that sheds the CreateSession (api.ErrResourceExhausted with a
 // RetryAfter: the tenant's queue at the master is full, or its rate is
@@ -108,14 +115,11 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	}
 	s := &Session{
 		c: c, cfg: c.cfg, id: resp.Session, tenant: resp.Tenant, princ: resp.Principal,
-		events: make(chan Event, c.cfg.EventBuffer),
-		kick:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-		clock:  c.cfg.clock,
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		clock: c.cfg.clock,
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	s.dispatch.wake = make(chan struct{}, 1)
 	grant := time.Duration(resp.LeaseTimeout)
 	s.mu.state = StateSafe
 	s.mu.leaseEnd = sent.Add(s.shorten(grant))
@@ -124,11 +128,11 @@ func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	s.mu.locks = map[*Lock]struct{}{}
 	s.mu.watch = map[string]map[chan struct{}]struct{}{}
 	s.cache = newCache(c.cfg.Cache)
+	s.ka = newLoop(s, grant, time.Duration(resp.Cadence))
 	if !c.addSession(s) {
 		return nil, ErrClosed
 	}
-	go s.dispatchLoop()
-	go s.run(grant, time.Duration(resp.Cadence))
+	c.ka.add(s.ka)
 	return s, nil
 }
 
@@ -147,7 +151,19 @@ func (s *Session) Client() *Client { return s.c }
 
 // Events returns the channel of session events. Events that find it full
 // are dropped (counted by DroppedEvents); Config.OnEvent sees every event.
-func (s *Session) Events() <-chan Event { return s.events }
+// The channel is made at the first call, with the events so far in it.
+func (s *Session) Events() <-chan Event {
+	s.dispatch.Lock()
+	defer s.dispatch.Unlock()
+	if s.dispatch.events == nil {
+		s.dispatch.events = make(chan Event, s.cfg.EventBuffer)
+		for _, ev := range s.dispatch.early {
+			s.dispatch.events <- ev // fits: early holds at most EventBuffer
+		}
+		s.dispatch.early = nil
+	}
+	return s.dispatch.events
+}
 
 // DroppedEvents returns how many events found Events full.
 func (s *Session) DroppedEvents() uint64 {
@@ -235,10 +251,13 @@ func (s *Session) finish(st State, cause error) {
 	s.cache.disable()
 	s.cancel(cause)
 	s.stopOnce.Do(func() { close(s.stop) })
+	s.nudge() // the loop forgets its KeepAlives
 	s.c.removeSession(s)
+	// Done closes before the event is queued: whoever sees the event finds
+	// Done closed.
+	close(s.done)
 	s.emit(Event{Kind: EventExpired})
 	s.wakeWatchers("")
-	close(s.done)
 }
 
 // changedLocked wakes everyone waiting for a state or epoch change.

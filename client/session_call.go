@@ -109,9 +109,4 @@ func (s *Session) callWith(ctx context.Context, m api.Method, build func(api.Hea
 }
 
 // nudge asks the loop for a KeepAlive now.
-func (s *Session) nudge() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
+func (s *Session) nudge() { s.c.ka.kick(s.ka) }

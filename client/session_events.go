@@ -4,50 +4,64 @@ import (
 	"github.com/lockcell/lockcell/api"
 )
 
-// emit queues an event for OnEvent and the Events channel.
+// emit queues an event for OnEvent and the Events channel, and starts
+// their delivery unless it is under way.
 func (s *Session) emit(ev Event) {
 	s.dispatch.Lock()
 	s.dispatch.queue = append(s.dispatch.queue, ev)
+	start := !s.dispatch.running
+	s.dispatch.running = true
 	s.dispatch.Unlock()
-	select {
-	case s.dispatch.wake <- struct{}{}:
-	default:
+	if start {
+		go s.dispatchEvents()
 	}
 }
 
-// dispatchLoop delivers events in order; a slow OnEvent delays only later
-// events, never the KeepAlive loop.
-func (s *Session) dispatchLoop() {
+// dispatchEvents delivers the queued events in order, until the queue is
+// empty; a slow OnEvent delays only later events, never the KeepAlive
+// loop.
+func (s *Session) dispatchEvents() {
 	for {
 		s.dispatch.Lock()
 		q := s.dispatch.queue
 		s.dispatch.queue = nil
+		if len(q) == 0 {
+			s.dispatch.running = false
+			s.dispatch.Unlock()
+			return
+		}
 		s.dispatch.Unlock()
 		for _, ev := range q {
 			if s.cfg.OnEvent != nil {
 				s.cfg.OnEvent(s, ev)
 			}
-			select {
-			case s.events <- ev:
-			default:
-				s.mu.Lock()
-				s.mu.dropped++
-				s.mu.Unlock()
-			}
+			s.deliver(ev)
 		}
-		if len(q) > 0 {
-			continue
-		}
+	}
+}
+
+// deliver puts ev into the Events channel, or among the early events if
+// nobody asked for the channel yet; an event that finds no room is
+// dropped and counted.
+func (s *Session) deliver(ev Event) {
+	s.dispatch.Lock()
+	ok := true
+	if ch := s.dispatch.events; ch != nil {
 		select {
-		case <-s.dispatch.wake:
-		case <-s.done:
-			s.dispatch.Lock()
-			empty := len(s.dispatch.queue) == 0
-			s.dispatch.Unlock()
-			if empty {
-				return
-			}
+		case ch <- ev:
+		default:
+			ok = false
 		}
+	} else if len(s.dispatch.early) < s.cfg.EventBuffer {
+		s.dispatch.early = append(s.dispatch.early, ev)
+	} else {
+		ok = false
+	}
+	s.dispatch.Unlock()
+	if !ok {
+		s.mu.Lock()
+		s.mu.dropped++
+		s.mu.Unlock()
 	}
 }
 

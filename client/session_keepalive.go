@@ -13,6 +13,7 @@ import (
 
 // kaResult is the outcome of one KeepAlive.
 type kaResult struct {
+	l    *loop
 	id   uint64
 	sent monotime.Time
 	resp api.KeepAliveResponse
@@ -26,12 +27,13 @@ type kaResult struct {
 
 // liveKA is a KeepAlive in flight.
 type liveKA struct {
-	cancel context.CancelFunc
+	id uint64
+	kc *kaCall
 	// expires is when the loop gives it up: the master answers a KeepAlive
 	// before the lease it renews ends, so one outstanding longer than the
 	// grant is lost.
 	expires monotime.Time
-	// given: it was given up (cancelled) and its result is on the way.
+	// given: it was given up and its failure is on the way.
 	given bool
 	// watched: the master announced a cadence, and silentAt is when, if
 	// still unanswered, it shows the master silent past it; silent: that
@@ -42,18 +44,19 @@ type liveKA struct {
 	silent   bool
 }
 
-// loop is the KeepAlive loop's state; only the loop goroutine touches it.
-// The session's state (safe or jeopardy) and lease end live in s.mu, since
+// loop is a session's KeepAlive state machine. It is a plain struct that
+// only the client's KeepAlive loop goroutine touches (kaloop.go): the
+// session's state (safe or jeopardy) and lease end live in s.mu, since
 // any goroutine may find the lease run out; the loop extends the lease and
 // does the work that follows a lapse (looking for a master).
 type loop struct {
-	s       *Session
-	clock   monotime.Clock
-	results chan kaResult
-	live    map[uint64]liveKA
-	nextID  uint64
-	ack     uint64
-	epoch   uint64
+	s     *Session
+	clock monotime.Clock
+	// live are the KeepAlives in flight (at most three).
+	live   []liveKA
+	nextID uint64
+	ack    uint64
+	epoch  uint64
 	// leaseEnd mirrors s.mu.leaseEnd (only the loop changes it); grant is
 	// the lease extension the master is known to grant on every
 	// KeepAlive's arrival.
@@ -73,12 +76,10 @@ type loop struct {
 	kicked bool
 	// cadence is the longest the master parks a KeepAlive (zero: unknown).
 	cadence time.Duration
-	// finding: a search for the serving master is under way; stopFind
-	// ends it, and its result comes on found tagged with findGen.
-	finding  bool
-	stopFind context.CancelFunc
-	findGen  uint64
-	found    chan foundMaster
+	// finding: the session waits for the client's search for the serving
+	// master, look (whois.go).
+	finding bool
+	look    *lookup
 	// movedAt is when the last search moved the client: KeepAlives sent
 	// before then went to the old connection, and their failure says
 	// nothing new (moved: there was such a search). stuck counts searches
@@ -91,53 +92,40 @@ type loop struct {
 	// (the loop's start, before any): the shared connection is closed on
 	// this session's account only if nothing was heard on it since.
 	heardAt monotime.Time
+	// The client loop's bookkeeping: wakeAt is when the session next has
+	// something to do, idx its place in the heap (-1: not in it), dirty
+	// that it runs in the current round, stopped that its KeepAlives were
+	// forgotten after it ended.
+	wakeAt  monotime.Time
+	idx     int
+	dirty   bool
+	stopped bool
 }
 
 // foundMaster is the result of one search for the serving master.
 type foundMaster struct {
-	gen  uint64
 	addr string // "" if the search gave up
 	// moved: the search moved the client to addr itself.
 	moved bool
 }
 
-// run is the KeepAlive loop.
-func (s *Session) run(grant, cadence time.Duration) {
-	s.mu.Lock()
-	leaseEnd := s.mu.leaseEnd
-	s.mu.Unlock()
-	l := &loop{s: s, clock: s.clock, results: make(chan kaResult), live: map[uint64]liveKA{},
-		leaseEnd: leaseEnd, grant: grant, epoch: s.Epoch(), cadence: cadence, found: make(chan foundMaster, 1),
-		retryAt: s.clock.Now(), heardAt: s.clock.Now()}
-	defer func() {
-		for _, ka := range l.live {
-			ka.cancel()
-		}
-		l.endFind()
-	}()
-	timer := l.clock.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		now := l.clock.Now()
-		l.step(now)
-		if s.isFinal() {
-			return
-		}
-		timer.Reset(max(l.nextWake(now).Sub(now), time.Millisecond))
-		select {
-		case r := <-l.results:
-			l.handle(r)
-		case <-s.kick:
-			// step sends it, after looking at the session's state: a kick
-			// that follows a lapse must not go out on the old connection.
-			l.kicked = true
-		case f := <-l.found:
-			l.moveTo(f)
-		case <-timer.C():
-		case <-s.stop:
-			return
-		}
+// newLoop returns the KeepAlive state of a session just created, whose
+// lease the master granted for grant, parking KeepAlives for cadence.
+func newLoop(s *Session, grant, cadence time.Duration) *loop {
+	now := s.clock.Now()
+	return &loop{s: s, clock: s.clock, leaseEnd: s.mu.leaseEnd, grant: grant, epoch: s.mu.epoch, cadence: cadence,
+		retryAt: now, heardAt: now, idx: -1}
+}
+
+// stop forgets the KeepAlives in flight and the search for the master of
+// a session that ended.
+func (l *loop) stop() {
+	l.stopped = true
+	for _, ka := range l.live {
+		ka.kc.giveUp(l.s.c)
 	}
+	l.live = nil
+	l.endFind()
 }
 
 func (s *Session) isFinal() bool {
@@ -157,19 +145,21 @@ func (l *loop) probeLead() time.Duration { return l.grant / 16 }
 
 // step makes the time-driven transitions and starts KeepAlives.
 func (l *loop) step(now monotime.Time) {
-	for id, ka := range l.live {
+	for i := range l.live {
+		ka := &l.live[i]
 		if !ka.given && !now.Before(ka.expires) {
-			// Its goroutine reports the cancellation as a failure.
-			ka.cancel()
+			// Forgotten at the stream; its failure is handled in the
+			// client loop's next round, as if it had come from there.
+			ka.kc.giveUp(l.s.c)
 			ka.given = true
-			l.live[id] = ka
+			l.s.c.ka.local = append(l.s.c.ka.local, kaResult{l: l, id: ka.id, sent: ka.kc.sent, err: context.Canceled,
+				redirected: l.s.c.redirectedSince(ka.kc.before, context.Canceled), replica: ka.kc.replica})
 		}
 		if !ka.given && !ka.silent && ka.watched && !now.Before(ka.silentAt) {
 			// The master has been silent past its cadence: it is dead,
 			// deposed or cut off. Look for the master everywhere; the
 			// KeepAlive stays out in case this one answers after all.
 			ka.silent = true
-			l.live[id] = ka
 			l.s.c.log.Debug("client: master silent past its KeepAlive cadence; asking every replica who the master is",
 				"session", l.s.id, "cadence", l.cadence, "master", l.s.c.connAddr())
 			l.find(l.s.c.connReplica())
@@ -231,16 +221,15 @@ func (l *loop) nextWake(now monotime.Time) monotime.Time {
 	return next
 }
 
-// start sends one KeepAlive on its own goroutine. Its send time, from
-// which a reply's lease is counted, is now: the instant the loop last found
-// the session's state (a little before the request actually leaves, which
-// only shortens the lease it proves). A pause between that look and the
-// send therefore cannot make the KeepAlive look sent while the lease ran.
+// start sends one KeepAlive: it is handed to the client's sender at the
+// end of the loop's round. Its send time, from which a reply's lease is
+// counted, is now: the instant the loop last found the session's state (a
+// little before the request actually leaves, which only shortens the lease
+// it proves). A pause between that look and the send therefore cannot make
+// the KeepAlive look sent while the lease ran.
 func (l *loop) start(now monotime.Time) {
 	l.nextID++
-	id := l.nextID
-	ctx, cancel := context.WithCancel(context.Background())
-	ka := liveKA{cancel: cancel, expires: now.Add(l.grant)}
+	ka := liveKA{id: l.nextID, expires: now.Add(l.grant)}
 	if l.cadence > 0 {
 		ka.watched = true
 		ka.silentAt = now.Add(l.cadence + SilenceMargin(l.cadence))
@@ -252,30 +241,14 @@ func (l *loop) start(now monotime.Time) {
 			ka.expires = ka.silentAt
 		}
 	}
-	l.live[id] = ka
-	req := &api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack}
-	results, stop := l.results, l.s.stop
-	hold := l.s.holdKA.Load()
-	replica := l.s.c.connReplica() // where it goes, as far as the client knows now
-	go func() {
-		defer cancel()
-		var resp api.KeepAliveResponse
-		var err error
-		before := l.s.c.redirectCount()
-		if hold {
-			// The master gets it (and renews the lease); the reply is lost.
-			_ = l.s.c.keepAliveOnce(ctx, req, &resp)
-			<-ctx.Done()
-			err = ctx.Err()
-		} else {
-			err = l.s.c.keepAliveOnce(ctx, req, &resp)
-		}
-		redirected := err != nil && l.s.c.redirectedSince(before, err)
-		select {
-		case results <- kaResult{id: id, sent: now, resp: resp, err: err, redirected: redirected, replica: replica}:
-		case <-stop:
-		}
-	}()
+	c := l.s.c
+	ka.kc = &kaCall{l: l, id: ka.id, sent: now, deadline: ka.expires,
+		req:  api.KeepAliveRequest{Header: api.Header{Session: l.s.id, Epoch: l.epoch, Token: l.s.cfg.Token}, Ack: l.ack},
+		hold: l.s.holdKA.Load(),
+		// Where it goes, as far as the client knows now.
+		replica: c.connReplica(), before: c.redirectCount()}
+	l.live = append(l.live, ka)
+	c.ka.out = append(c.ka.out, ka.kc)
 }
 
 // prove records a KeepAlive reply that proves the lease lasts d (shortened
@@ -296,10 +269,11 @@ func (l *loop) prove(from monotime.Time, d time.Duration) {
 }
 
 func (l *loop) handle(r kaResult) {
-	if _, ok := l.live[r.id]; !ok {
+	i := slices.IndexFunc(l.live, func(ka liveKA) bool { return ka.id == r.id })
+	if i < 0 {
 		return // abandoned
 	}
-	delete(l.live, r.id)
+	l.live = slices.Delete(l.live, i, i+1)
 	var ae *api.Error
 	switch {
 	case r.err == nil:
@@ -408,10 +382,10 @@ func (l *loop) enterJeopardy() {
 	l.graceEnd = l.leaseEnd.Add(l.s.cfg.GracePeriod)
 	// Whatever is outstanding may sit on a dead connection: abandon it and
 	// look for a master afresh.
-	for id, ka := range l.live {
-		ka.cancel()
-		delete(l.live, id)
+	for _, ka := range l.live {
+		ka.kc.giveUp(l.s.c)
 	}
+	l.live = l.live[:0]
 	l.probing = false
 	l.failures = 0
 	l.waiting = false
@@ -433,11 +407,7 @@ func (l *loop) find(except uint64) {
 	if l.finding {
 		return
 	}
-	l.finding = true
-	l.findGen++
-	ctx, cancel := context.WithCancel(context.Background())
-	l.stopFind = cancel
-	c, found, stop, gen := l.s.c, l.found, l.s.stop, l.findGen
+	c := l.s.c
 	c.mu.Lock()
 	skip := ""
 	if cc := c.mu.conn; except != 0 && cc != nil && cc.ReplicaID() == except {
@@ -445,42 +415,26 @@ func (l *loop) find(except uint64) {
 	}
 	lk := c.joinLookupLocked(except, skip, nil)
 	c.mu.Unlock()
-	go func() {
-		defer c.leaveLookup(lk)
-		select {
-		case <-lk.done:
-		case <-ctx.Done():
-			return
-		case <-stop:
-			return
-		}
-		select {
-		case found <- foundMaster{gen: gen, addr: lk.addr, moved: lk.moved}:
-		case <-ctx.Done():
-		case <-stop:
-		}
-	}()
+	l.finding, l.look = true, lk
+	c.ka.watch(lk)
 }
 
-// endFind ends the search for the master, if one is under way; a result
-// it may still deliver is ignored.
+// endFind ends the session's wait for the search for the master, if it
+// waits.
 func (l *loop) endFind() {
 	if l.finding {
-		l.stopFind()
-		l.finding = false
+		l.s.c.leaveLookup(l.look)
+		l.finding, l.look = false, nil
 	}
 }
 
-// moveTo takes the result of a search for the master: the client moves to
-// the master found ("" if the search gave up), and a KeepAlive goes there
-// at once. If the master is where the client already is, the connection
-// is kept (the master may only be slow), unless that happened twice before
-// with no reply in between: then the connection itself is suspect and is
-// replaced.
+// moveTo takes the result of the search for the master the session waited
+// for: the client moves to the master found ("" if the search gave up),
+// and a KeepAlive goes there at once. If the master is where the client
+// already is, the connection is kept (the master may only be slow), unless
+// that happened twice before with no reply in between: then the connection
+// itself is suspect and is replaced.
 func (l *loop) moveTo(f foundMaster) {
-	if f.gen != l.findGen || !l.finding {
-		return // a search that was ended
-	}
 	l.endFind()
 	if f.addr == "" {
 		return

@@ -105,6 +105,17 @@ type Config struct {
 	// node's first Ready is persisted would restart the replica as a voter
 	// that has forgotten its votes.
 	Rebuild bool
+	// AsyncWrites lets the caller write the log off its event loop
+	// (etcd-io/raft's asynchronous storage writes): Advance no longer
+	// means that a Ready's HardState and Entries are persisted; the caller
+	// reports each write carried out later, in order, with Persisted. The
+	// node meanwhile holds back every message that depends on a write
+	// still in flight (it hands it out in a later Ready, once the write is
+	// durable), counts its own promise and accepts only once durable, and
+	// hands out a chosen value to apply only once its own copy is durable.
+	// If false, Advance implies the Ready was persisted, as the package
+	// documentation's first list of duties says.
+	AsyncWrites bool
 }
 
 // populate returns cfg with defaults filled in.

@@ -250,7 +250,8 @@
 // The caller runs one loop around a Node (the cell's run loop). Each time
 // round it calls Tick when its ticker fires, Step for each message that
 // arrived, Propose for each command, and then, if HasReady reports work,
-// takes rd := Ready() and does, in this order:
+// takes rd := Ready() and does, in this order (without Config.AsyncWrites;
+// the next section gives the duties with it):
 //
 //  1. Persist rd.HardState (unless zero) and rd.Entries as one atomic batch
 //     (Saver.Save), and if rd.MustSync, make it durable (fsync) before going
@@ -275,6 +276,40 @@
 // the replica stops and is restarted from its storage (NewNode), never
 // continues on a guess. To compact, the caller saves a snapshot of its
 // applied state (Saver.SaveSnapshot) and calls Compact with its slot.
+//
+// # Writing the log off the loop
+//
+// With Config.AsyncWrites (etcd-io/raft calls it asynchronous storage
+// writes) the loop need not wait for a write's fsync: while one is in
+// flight it keeps stepping peers' answers, placing new proposals and
+// ticking. The duties become:
+//
+//  1. Hand rd.HardState and rd.Entries, if rd.WriteID is not 0, to a
+//     writer that carries out writes strictly in WriteID order (it may
+//     combine several into one batch and one fsync), syncing each whose
+//     Ready said MustSync.
+//  2. Send every one of rd.Messages at once (after stopping serving reads
+//     if rd.SoftState says this replica is no longer master, as above).
+//     The node itself holds back each message that depends on a write
+//     still in flight (Message.DependsOnPersist) and hands it out in a
+//     later Ready, once that write is reported durable.
+//  3. Install rd.Snapshot (after every earlier write is carried out:
+//     the snapshot replaces the log below it), apply rd.Chosen in order,
+//     note rd.SoftState, deliver rd.Outcomes, and call Advance(rd). A
+//     chosen value is handed out only once this replica's own write of it
+//     (if any) is durable, so the application never runs ahead of the log.
+//  4. When the writer reports write id carried out, call Persisted(id).
+//     Only now does the node count its own promise (a candidate wins only
+//     then) and its own accepts (a leader deems a slot chosen without
+//     them meanwhile, with a majority of other replicas' acknowledgements,
+//     which each leave only after their own write is durable), and release
+//     the answers that depended on the write.
+//
+// So nothing is counted or answered on the strength of a write that is not
+// durable, and a crash at any point, with writes in flight or between a
+// write and the messages it released, loses only writes that no message
+// and no count relied on: the same cases as a crash between persisting
+// and sending in the synchronous list.
 //
 // Reads: while Status().Master is true, the caller may serve reads from its
 // applied state without a Paxos round; no other replica can be master then

@@ -92,6 +92,21 @@ type replica struct {
 	outcomes []Outcome
 	readies  int
 
+	// With Config.AsyncWrites, writes are the Ready writes handed out and
+	// not yet carried out (oldest first): handleReady queues them, the
+	// driver completes them later with completeWrites, and a crash loses
+	// them. persistEarly is a planted caller bug for negative tests: it
+	// reports every write carried out (Persisted) as soon as it is queued,
+	// though it is saved only later.
+	writes       []Ready
+	persistEarly bool
+	// life counts the replica's crashes (a write in flight belongs to one
+	// life); syncing reports that the driver is making writes durable;
+	// lostWrites counts the writes in flight that crashes lost.
+	life       uint64
+	syncing    bool
+	lostWrites int
+
 	// lost: the replica's durable state was damaged while it was down; it
 	// restarts rebuilding (Config.Rebuild) if rebuildOnLoss. rebuilding: it
 	// restarted so and has not voted again yet.
@@ -110,8 +125,13 @@ func newReplica(tb testing.TB, cfg Config) *replica {
 	return r
 }
 
-// crash loses everything not synced and stops the replica.
+// crash loses everything not synced, and every write still in flight, and
+// stops the replica.
 func (r *replica) crash() {
+	r.lostWrites += len(r.writes)
+	r.writes = nil
+	r.life++
+	r.syncing = false
 	r.store.Crash()
 	r.up = false
 	r.node = nil
@@ -158,6 +178,25 @@ func (r *replica) handleReady(tb testing.TB) []Message {
 		}
 		rd := r.node.Ready()
 		r.readies++
+		if r.cfg.AsyncWrites {
+			// Every message may leave now; the write completes later
+			// (completeWrites), and a crash before then loses it.
+			out = append(out, rd.Messages...)
+			if rd.WriteID != 0 {
+				r.writes = append(r.writes, rd)
+				if r.persistEarly {
+					if err := r.node.Persisted(rd.WriteID); err != nil {
+						tb.Fatal(err)
+					}
+				}
+			}
+			if r.crashMidReady != nil && r.crashMidReady() {
+				r.crash()
+				return out
+			}
+			r.finishReady(tb, rd)
+			continue
+		}
 		late := rd.Messages
 		if r.earlySend {
 			late = nil
@@ -179,37 +218,69 @@ func (r *replica) handleReady(tb testing.TB) []Message {
 		if r.onSave != nil {
 			r.onSave(r, rd.HardState, rd.Entries)
 		}
-		if !rd.Snapshot.IsEmpty() {
-			if err := r.store.SaveSnapshot(rd.Snapshot); err != nil {
-				tb.Fatal(err)
-			}
-			r.app.restore(rd.Snapshot)
-			if r.onSnapshot != nil {
-				r.onSnapshot(r, rd.Snapshot)
-			}
-		}
-		for _, e := range rd.Chosen {
-			if e.Slot != r.app.applied+1 {
-				tb.Fatalf("replica %d: chosen slot %d handed out after %d", r.id, e.Slot, r.app.applied)
-			}
-			r.app.apply(e)
-			if r.onApply != nil {
-				r.onApply(r, e)
-			}
-		}
-		if rd.SoftState != nil {
-			r.soft = *rd.SoftState
-		}
-		for _, o := range rd.Outcomes {
-			r.outcomes = append(r.outcomes, o)
-			if r.onOutcome != nil {
-				r.onOutcome(r, o)
-			}
-		}
 		out = append(out, late...)
-		r.node.Advance(rd)
+		r.finishReady(tb, rd)
 	}
 	return out
+}
+
+// completeWrites carries out the queued writes up to and including id, in
+// order (each saved, synced if its Ready said MustSync), and reports them
+// to the node. REQUIRES: Config.AsyncWrites.
+func (r *replica) completeWrites(tb testing.TB, id uint64) {
+	tb.Helper()
+	k := 0
+	for ; k < len(r.writes) && r.writes[k].WriteID <= id; k++ {
+		w := r.writes[k]
+		if err := r.store.Save(w.HardState, w.Entries, w.MustSync); err != nil {
+			tb.Fatal(err)
+		}
+		if r.onSave != nil {
+			r.onSave(r, w.HardState, w.Entries)
+		}
+	}
+	r.writes = r.writes[k:]
+	if r.persistEarly {
+		return
+	}
+	if err := r.node.Persisted(id); err != nil {
+		tb.Fatalf("replica %d: Persisted(%d): %v", r.id, id, err)
+	}
+}
+
+// finishReady carries out the rest of a Ready once its messages are on
+// their way: install the snapshot, apply the chosen values, note the soft
+// state and outcomes, and Advance.
+func (r *replica) finishReady(tb testing.TB, rd Ready) {
+	tb.Helper()
+	if !rd.Snapshot.IsEmpty() {
+		if err := r.store.SaveSnapshot(rd.Snapshot); err != nil {
+			tb.Fatal(err)
+		}
+		r.app.restore(rd.Snapshot)
+		if r.onSnapshot != nil {
+			r.onSnapshot(r, rd.Snapshot)
+		}
+	}
+	for _, e := range rd.Chosen {
+		if e.Slot != r.app.applied+1 {
+			tb.Fatalf("replica %d: chosen slot %d handed out after %d", r.id, e.Slot, r.app.applied)
+		}
+		r.app.apply(e)
+		if r.onApply != nil {
+			r.onApply(r, e)
+		}
+	}
+	if rd.SoftState != nil {
+		r.soft = *rd.SoftState
+	}
+	for _, o := range rd.Outcomes {
+		r.outcomes = append(r.outcomes, o)
+		if r.onOutcome != nil {
+			r.onOutcome(r, o)
+		}
+	}
+	r.node.Advance(rd)
 }
 
 // compact snapshots the app and compacts the node's log.

@@ -78,13 +78,14 @@ const (
 //   - MsgAccept: the leader's ballot was made durable (as its own promise)
 //     before it won Phase 1 (see MsgPrepare), so before any Accept under it
 //     was made, and it is never reused after a crash; the leader
-//     counts its own acceptance only after Advance, once it is durable;
+//     counts its own acceptance only once it is durable (Advance, or
+//     Persisted with Config.AsyncWrites);
 //     and its lease is counted from the tick the Accept was made, which is
 //     no later than when it leaves.
 //   - MsgPrepare: it asks for promises and promises nothing itself. The
 //     candidate's own promise of its ballot is in the same Ready, and the
 //     candidate wins Phase 1, and so makes its first Accept, only once
-//     that promise is durable (Advance; tryWin), however many answers it
+//     that promise is durable (Advance or Persisted; tryWin), however many answers it
 //     has counted. A candidate that crashes before its promise is durable
 //     has therefore made no Accept under the ballot: if it reuses the
 //     ballot after the restart, the only values ever accepted under it are
@@ -100,7 +101,8 @@ const (
 //     binds nobody; a grant is only advice to the asker.
 //
 // Promise, Accepted, Reject and RebuildAck (an acceptor's answers) depend
-// on persistence: invariant 2.
+// on persistence: invariant 2. With Config.AsyncWrites the node holds them
+// back itself until the write they depend on is reported durable.
 func (m Message) DependsOnPersist() bool {
 	switch m.Type {
 	case MsgPrepare, MsgAccept, MsgLearn, MsgLearnReq, MsgSnapshot, MsgRelease, MsgTimeoutNow, MsgRebuild, MsgPreVote, MsgPreVoteResp:

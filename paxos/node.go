@@ -68,9 +68,19 @@ type Ready struct {
 	// HardState, replacing any stored entry in the same slot.
 	Entries []Entry
 	// MustSync reports that HardState and Entries must be on stable storage
-	// (fsync) before any of Messages is sent.
+	// (fsync) before the messages that depend on them are sent.
 	MustSync bool
-	// Messages to send once HardState and Entries are persisted.
+	// WriteID names the write of HardState and Entries, 0 if the Ready has
+	// neither. Write IDs grow by one with each Ready that has a write. With
+	// Config.AsyncWrites the caller reports that a write is carried out
+	// (saved, and durable if MustSync) with Persisted(WriteID).
+	WriteID uint64
+	// Messages to send. Without Config.AsyncWrites, those for which
+	// Message.DependsOnPersist holds leave only once HardState and Entries
+	// are persisted (the others may leave at once). With AsyncWrites every
+	// one of them may leave at once: the node holds back each message that
+	// depends on a write until the caller reports that write durable
+	// (Persisted), and hands it out in a later Ready.
 	Messages []Message
 	// Snapshot to install (Saver.SaveSnapshot and restore the application
 	// from it) before applying Chosen; zero if none.
@@ -115,6 +125,11 @@ type Status struct {
 	Pending int
 	// Ticks counts calls to Tick since NewNode.
 	Ticks uint64
+	// WritesInFlight is the number of writes handed out in Ready
+	// (Ready.WriteID) and not yet reported carried out (Advance, or
+	// Persisted with Config.AsyncWrites); HeldMessages is the number of
+	// messages held back until one of them is durable.
+	WritesInFlight, HeldMessages int
 	// HandOver names the successor of a planned hand-over in progress at
 	// this leader (0 if none; see HandOver).
 	HandOver ID
@@ -213,6 +228,21 @@ type Node struct {
 
 	waiting map[Slot][]ProposalID // our proposals placed in a slot, undecided
 
+	// Write bookkeeping (Ready.WriteID, Persisted). writeSeq is the ID of
+	// the latest write handed out, syncSeq that of the latest one with
+	// MustSync, durable the ID up to which every write is carried out;
+	// writes are the ones handed out and not yet carried out, oldest
+	// first. With Config.AsyncWrites: held are messages waiting for a
+	// write to be durable (ordered by that write), freed the ones whose
+	// write now is, and unstable maps each slot with a write not yet
+	// durable to the ID of its latest write (its chosen value is not
+	// handed out before it is durable here: see handLimit).
+	writeSeq, syncSeq, durable uint64
+	writes                     []pendingWrite
+	held                       []heldMessage
+	freed                      []Message
+	unstable                   map[Slot]uint64
+
 	// Ready bookkeeping.
 	msgs        []Message
 	unsaved     []Entry
@@ -244,6 +274,7 @@ func NewNode(cfg Config) (*Node, error) {
 		log:        map[Slot]Entry{},
 		waiting:    map[Slot][]ProposalID{},
 		unsavedIdx: map[Slot]int{},
+		unstable:   map[Slot]uint64{},
 		grantLeft:  cfg.LeaseTicks,
 	}
 	// The initial peers in ID order, this replica among them, so that
@@ -552,6 +583,9 @@ func (n *Node) Status() Status {
 		Rebuild:   n.rebuildStatus(),
 		PreVote:   n.pre != nil,
 		Successor: n.successor,
+
+		WritesInFlight: len(n.writes),
+		HeldMessages:   len(n.held),
 	}
 	if n.role == Leader && n.lead.hand != nil {
 		st.HandOver = n.lead.hand.to
@@ -598,10 +632,10 @@ func (n *Node) HasReady() bool {
 	if n.err != nil {
 		return false
 	}
-	if len(n.msgs) > 0 || len(n.unsaved) > 0 || len(n.outcomes) > 0 || !n.pendingSnap.IsEmpty() {
+	if len(n.msgs) > 0 || len(n.freed) > 0 || len(n.unsaved) > 0 || len(n.outcomes) > 0 || !n.pendingSnap.IsEmpty() {
 		return true
 	}
-	if n.hardState() != n.prevHS || n.handed < n.chosen || n.softState() != n.prevSoft {
+	if n.hardState() != n.prevHS || n.handed < n.handLimit() || n.softState() != n.prevSoft {
 		return true
 	}
 	if l := n.lead; l != nil && n.role == Leader {
@@ -624,13 +658,12 @@ func (n *Node) Ready() Ready {
 		n.flushAccepts()
 	}
 	var rd Ready
+	rejoin := false
 	if hs := n.hardState(); hs != n.prevHS {
 		rd.HardState = hs
 		rd.MustSync = hs.Promised != n.prevHS.Promised || hs.Rebuilding != n.prevHS.Rebuilding
 		n.prevHS = hs
-		if rb := n.rb; rb != nil && rb.phase == RebuildRejoining && !hs.Rebuilding {
-			rb.handed = true
-		}
+		rejoin = n.rb != nil && n.rb.phase == RebuildRejoining && !hs.Rebuilding
 	}
 	if len(n.unsaved) > 0 {
 		rd.Entries = n.unsaved
@@ -638,23 +671,38 @@ func (n *Node) Ready() Ready {
 		n.unsaved = nil
 		clear(n.unsavedIdx)
 	}
-	rd.Messages = n.msgs
-	n.msgs = nil
+	if !rd.HardState.IsEmpty() || len(rd.Entries) > 0 {
+		n.writeSeq++
+		rd.WriteID = n.writeSeq
+		if rd.MustSync {
+			n.syncSeq = n.writeSeq
+		}
+		n.writes = append(n.writes, pendingWrite{id: rd.WriteID, hs: rd.HardState, ents: rd.Entries})
+		if n.cfg.AsyncWrites {
+			for _, e := range rd.Entries {
+				n.unstable[e.Slot] = rd.WriteID
+			}
+		}
+		if rejoin {
+			n.rb.rejoinWrite = rd.WriteID
+		}
+	}
+	rd.Messages = n.readyMessages()
 	if !n.pendingSnap.IsEmpty() {
 		rd.Snapshot = n.pendingSnap
 		n.pendingSnap = Snapshot{}
 	}
-	if n.handed < n.chosen {
+	if lim := n.handLimit(); n.handed < lim {
 		from := max(n.handed+1, n.compacted+1)
-		rd.Chosen = make([]Entry, 0, n.chosen-from+1)
-		for s := from; s <= n.chosen; s++ {
+		rd.Chosen = make([]Entry, 0, lim-from+1)
+		for s := from; s <= lim; s++ {
 			e, ok := n.log[s]
 			if !ok {
 				panic(fmt.Sprintf("paxos: invariant broken: chosen slot %d (handed %d, chosen %d, compacted %d) missing from the log", s, n.handed, n.chosen, n.compacted))
 			}
 			rd.Chosen = append(rd.Chosen, e)
 		}
-		n.handed = n.chosen
+		n.handed = lim
 	}
 	if soft := n.softState(); soft != n.prevSoft {
 		n.prevSoft = soft
@@ -665,8 +713,11 @@ func (n *Node) Ready() Ready {
 	return rd
 }
 
-// Advance tells the node that rd has been carried out: persisted, sent,
-// snapshot installed and chosen values applied.
+// Advance tells the node that rd has been carried out: its messages sent,
+// its snapshot installed and its chosen values applied, and, unless the
+// node was configured with Config.AsyncWrites, its HardState and Entries
+// persisted. With AsyncWrites the write may still be in flight; the caller
+// reports it with Persisted once it is carried out.
 func (n *Node) Advance(rd Ready) {
 	if n.err != nil {
 		return
@@ -677,23 +728,150 @@ func (n *Node) Advance(rd Ready) {
 	if k := len(rd.Chosen); k > 0 && rd.Chosen[k-1].Slot > n.applied {
 		n.applied = rd.Chosen[k-1].Slot
 	}
-	// Our own accepts and our own promise count only once durable.
+	if !n.cfg.AsyncWrites && rd.WriteID != 0 {
+		n.markDurable(rd.WriteID)
+	}
 	if n.role == Leader {
-		for _, e := range rd.Entries {
-			if e.Ballot == n.lead.ballot {
-				n.ackSlot(n.self, e.Slot, n.now)
-			}
-		}
 		n.advanceLeaderChosen()
 		n.maybeHandOver()
 	}
-	if n.role == Candidate && rd.HardState.Promised == n.cand.ballot {
+}
+
+// Persisted tells a node configured with Config.AsyncWrites that every
+// write up to and including the one named id (Ready.WriteID) is carried
+// out: saved, and on stable storage if its Ready said MustSync. Writes
+// must be carried out in WriteID order, so one call covers all earlier
+// ones; a call for an id already covered does nothing. The node then
+// counts its own promise and accepts in those writes, hands out the chosen
+// values they held, and releases, in the next Ready, the messages that
+// waited for them. Persisted may be called at any time between the other
+// calls, also between Ready and Advance.
+//
+// It returns ErrInvalidArgument (wrapped) and changes nothing if the node
+// does not use AsyncWrites or no write id was handed out yet.
+func (n *Node) Persisted(id uint64) error {
+	if n.err != nil {
+		return n.err
+	}
+	if !n.cfg.AsyncWrites {
+		return fmt.Errorf("%w: Persisted(%d) on a node without AsyncWrites (Advance reports its writes)", ErrInvalidArgument, id)
+	}
+	if id > n.writeSeq {
+		return fmt.Errorf("%w: Persisted(%d): the latest write handed out is %d", ErrInvalidArgument, id, n.writeSeq)
+	}
+	n.markDurable(id)
+	return nil
+}
+
+// pendingWrite is a write handed out in a Ready and not yet carried out.
+type pendingWrite struct {
+	id   uint64
+	hs   HardState
+	ents []Entry
+}
+
+// heldMessage is a message that depends on persistence, held back (with
+// Config.AsyncWrites) until the write after is durable.
+type heldMessage struct {
+	after uint64
+	m     Message
+}
+
+// readyMessages returns the messages a Ready hands out: all of them
+// without AsyncWrites; with it, the ones released by Persisted and the new
+// ones that depend on no write still in flight. A new message that depends
+// on persistence is held until the latest synced write is durable: that
+// write holds every promise and accept made before the message (they went
+// into it or an earlier one).
+func (n *Node) readyMessages() []Message {
+	if !n.cfg.AsyncWrites {
+		out := n.msgs
+		n.msgs = nil
+		return out
+	}
+	out := n.freed
+	n.freed = nil
+	for _, m := range n.msgs {
+		if n.syncSeq > n.durable && m.DependsOnPersist() {
+			n.held = append(n.held, heldMessage{after: n.syncSeq, m: m})
+			continue
+		}
+		out = append(out, m)
+	}
+	n.msgs = nil
+	return out
+}
+
+// handLimit returns the highest chosen slot a Ready may hand out to be
+// applied: every chosen slot without AsyncWrites (the Ready's own write is
+// persisted before its chosen values are applied), and with it the chosen
+// slots below the first one whose write here is not yet durable. Applying
+// a value only once this replica's own copy is stored keeps the log at or
+// ahead of the application after a crash, as without AsyncWrites.
+func (n *Node) handLimit() Slot {
+	if len(n.unstable) == 0 {
+		return n.chosen
+	}
+	for s := max(n.handed+1, n.compacted+1); s <= n.chosen; s++ {
+		if _, ok := n.unstable[s]; ok {
+			return s - 1
+		}
+	}
+	return n.chosen
+}
+
+// markDurable records that every write up to id is carried out: the
+// leader counts its own acceptance of the slots they hold at its ballot,
+// a candidate its own promise, a rebuilt replica votes again once its
+// rejoining hard state is durable, and held messages are released.
+func (n *Node) markDurable(id uint64) {
+	if id <= n.durable {
+		return
+	}
+	n.durable = id
+	selfPromise := false
+	k := 0
+	for ; k < len(n.writes) && n.writes[k].id <= id; k++ {
+		w := &n.writes[k]
+		for _, e := range w.ents {
+			if n.unstable[e.Slot] == w.id {
+				delete(n.unstable, e.Slot)
+			}
+			// Our own accepts count only once durable.
+			if n.role == Leader && e.Ballot == n.lead.ballot {
+				n.ackSlot(n.self, e.Slot, n.now)
+			}
+		}
+		// So does our own promise.
+		if n.role == Candidate && !w.hs.IsEmpty() && w.hs.Promised == n.cand.ballot {
+			selfPromise = true
+		}
+	}
+	clear(n.writes[:k])
+	n.writes = n.writes[k:]
+	if len(n.writes) == 0 {
+		n.writes = nil
+	}
+	j := 0
+	for ; j < len(n.held) && n.held[j].after <= id; j++ {
+		n.freed = append(n.freed, n.held[j].m)
+	}
+	clear(n.held[:j])
+	n.held = n.held[j:]
+	if len(n.held) == 0 {
+		n.held = nil
+	}
+	if n.role == Leader {
+		n.advanceLeaderChosen()
+		n.maybeHandOver()
+	}
+	if selfPromise && n.role == Candidate {
 		n.cand.selfDurable = true
 		n.tryWin()
 	}
 	// A rebuilt replica votes once its rejoining hard state (the adopted
 	// promise, the Rebuilding flag cleared) is durable.
-	if rb := n.rb; rb != nil && rb.handed {
+	if rb := n.rb; rb != nil && rb.rejoinWrite != 0 && rb.rejoinWrite <= id {
 		n.rb = nil
 		n.resetElection()
 	}

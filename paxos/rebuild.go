@@ -83,9 +83,10 @@ type rebuild struct {
 	target   Slot          // highest accepted slot answered
 	best     ID            // the answering peer with the highest chosen slot
 	bestAt   Slot          // its chosen slot
-	// handed: a Ready handed out the rejoining hard state; the replica votes
-	// once it is Advanced.
-	handed bool
+	// rejoinWrite is the write (Ready.WriteID) that carries the rejoining
+	// hard state, 0 until a Ready hands it out; the replica votes once it
+	// is durable.
+	rejoinWrite uint64
 }
 
 // startRebuild makes this node a rebuilding learner from now on.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -81,19 +82,50 @@ func (f Frame) Decode(v any) error {
 func (f Frame) Size() int { return HeaderLen + len(f.Body) }
 
 func decodeBody(body []byte, v any) error {
-	r := bytes.NewReader(body)
-	dec := msgpack.GetDecoder()
-	dec.Reset(r)
-	err := dec.Decode(v)
-	msgpack.PutDecoder(dec)
+	fd := decoders.Get().(*frameDecoder)
+	fd.r.Reset(body)
+	err := fd.dec.Decode(v)
+	rest := fd.r.Len()
+	fd.r.Reset(nil)
 	if err != nil {
+		// Dropped, not reused: a decoder that failed half-way may hold
+		// state of the value it gave up on.
 		return fmt.Errorf("%w: %v", ErrMalformedFrame, err)
 	}
-	if r.Len() != 0 {
-		return fmt.Errorf("%w: %d trailing bytes after the body", ErrMalformedFrame, r.Len())
+	decoders.Put(fd)
+	if rest != 0 {
+		return fmt.Errorf("%w: %d trailing bytes after the body", ErrMalformedFrame, rest)
 	}
 	return nil
 }
+
+// frameDecoder is a msgpack decoder wired once to its own reader, so that
+// decoding a frame body allocates neither a reader nor the decoder's
+// wrapping of one (every frame a replica or client receives is decoded
+// here). Kept in decoders.
+type frameDecoder struct {
+	r   bytes.Reader
+	dec *msgpack.Decoder
+}
+
+var decoders = sync.Pool{New: func() any {
+	fd := &frameDecoder{}
+	fd.dec = msgpack.NewDecoder(&fd.r)
+	return fd
+}}
+
+// frameEncoder is a msgpack encoder wired once to its own appendWriter,
+// for the same reason as frameDecoder. Kept in encoders.
+type frameEncoder struct {
+	w   appendWriter
+	enc *msgpack.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	fe := &frameEncoder{}
+	fe.enc = msgpack.NewEncoder(&fe.w)
+	return fe
+}}
 
 // AppendFrame appends the frame for (tag, v) to dst and returns the extended
 // slice. It returns an error wrapping ErrEncode if msgpack cannot encode v or
@@ -111,15 +143,15 @@ func AppendFrame(dst []byte, tag uint16, v any, max int) ([]byte, error) {
 		dst = slices.Grow(dst, minFrameBuf)
 	}
 	dst = append(dst, 0, 0, 0, 0, byte(tag>>8), byte(tag))
-	w := appendWriter{b: dst}
-	enc := msgpack.GetEncoder()
-	enc.Reset(&w)
-	err := enc.Encode(v)
-	msgpack.PutEncoder(enc)
+	fe := encoders.Get().(*frameEncoder)
+	fe.w.b = dst
+	err := fe.enc.Encode(v)
+	dst, fe.w.b = fe.w.b, nil
 	if err != nil {
+		// Dropped, not reused, like a failed frameDecoder.
 		return dst[:start], fmt.Errorf("%w: %v", ErrEncode, err)
 	}
-	dst = w.b
+	encoders.Put(fe)
 	n := len(dst) - start - HeaderLen
 	if n > max {
 		return dst[:start], fmt.Errorf("%w: body of %d bytes exceeds the %d-byte limit", ErrEncode, n, max)
@@ -132,12 +164,21 @@ func AppendFrame(dst []byte, tag uint16, v any, max int) ([]byte, error) {
 // lock request, its reply or a Paxos message of a few commands.
 const minFrameBuf = 256
 
-// appendWriter is an io.Writer that appends to a slice.
+// appendWriter is an io.Writer that appends to a slice. It is an
+// io.ByteWriter too, which msgpack's encoder writes single bytes to
+// directly; given a plain io.Writer, the encoder wraps it and allocates a
+// one-byte slice for every byte it writes.
 type appendWriter struct{ b []byte }
 
 func (w *appendWriter) Write(p []byte) (int, error) {
 	w.b = append(w.b, p...)
 	return len(p), nil
+}
+
+// WriteByte appends c.
+func (w *appendWriter) WriteByte(c byte) error {
+	w.b = append(w.b, c)
+	return nil
 }
 
 // WriteFrame encodes v with msgpack and writes it to w as one frame with the

@@ -19,6 +19,7 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get ins
 go test -c -o "$out/transport.test" ./transport
 go test -c -o "$out/namespace.test" ./namespace
 go test -c -o "$out/cell.test" ./cell
+go test -c -o "$out/celltest.test" ./cell/celltest
 
 # count BIN BENCH N: total instructions of one run.
 count() {
@@ -65,4 +66,16 @@ for mode in one-round two-rounds; do
 	i2=$(cellcount "$mode" 60 "$flag")
 	echo "TestHandOverCost ($mode): $(( (i2 - i1) / 40 )) instructions per hand-over (three replicas and the clients)"
 done
+# One client locking and unlocking its own lock on an idle five-replica
+# cell (simulated network and disk, real Pebble, the client library):
+# TestLightLoadCycle at two numbers of cycles.
+lightcount() {
+	GOGC=off GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg.light.$1" \
+		"$out/celltest.test" -test.run='^TestLightLoadCycle$' -test.v -celltest.cycles="$1" \
+		>"$out/log.light.$1" 2>&1 || { echo "run failed: see $out/log.light.$1" >&2; return 1; }
+	sed -n 's/^==[0-9]*== Collected : //p' "$out/log.light.$1"
+}
+i1=$(lightcount 40)
+i2=$(lightcount 160)
+echo "TestLightLoadCycle: $(( (i2 - i1) / 120 )) instructions per acquire+release (five replicas and the client)"
 echo "callgrind outputs in $out (callgrind_annotate FILE for the top items)"

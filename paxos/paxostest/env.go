@@ -78,6 +78,10 @@ type Node struct {
 	sentEarly bool
 	// last is the status after the previous command, to report changes.
 	last paxos.Status
+	// writes are, with Config.AsyncWrites, the writes of Readies handled
+	// and not yet carried out, oldest first: persist-writes carries them
+	// out, a crash loses them.
+	writes []paxos.Ready
 }
 
 // steps records the steps of a Ready that were carried out.
@@ -247,6 +251,7 @@ func (env *Env) Crash(id paxos.ID) {
 	}
 	n.Store.Crash()
 	n.Node = nil
+	n.writes = nil
 	n.rd = nil
 	n.done = steps{}
 	n.sentEarly = false
@@ -333,6 +338,9 @@ func (env *Env) takeReady(n *Node, verbose bool) bool {
 	if verbose {
 		env.printf("> %d handling Ready\n", n.ID)
 		env.printf("%s", indent(DescribeReady(rd), "  "))
+		if n.Cfg.AsyncWrites && rd.WriteID != 0 {
+			env.printf("  write %d queued\n", rd.WriteID)
+		}
 	}
 	return true
 }
@@ -344,10 +352,45 @@ func (env *Env) persist(n *Node) {
 		return
 	}
 	n.done.persist = true
+	if n.Cfg.AsyncWrites {
+		if rd.WriteID != 0 {
+			n.writes = append(n.writes, *rd)
+		}
+		return
+	}
 	if err := n.Store.Save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
 		env.tb.Fatalf("replica %d: save: %v", n.ID, err)
 	}
 	env.noteVotes(n.ID, rd.Entries)
+}
+
+// persistWrites carries out n's queued writes up to and including write
+// id (all of them if id is 0), in order, and reports them to the node
+// (Persisted). It reports which writes it carried out.
+func (env *Env) persistWrites(n *Node, id uint64) {
+	if len(n.writes) == 0 {
+		env.printf("> %d has no write in flight\n", n.ID)
+		return
+	}
+	if id == 0 {
+		id = n.writes[len(n.writes)-1].WriteID
+	}
+	first := n.writes[0].WriteID
+	k := 0
+	for ; k < len(n.writes) && n.writes[k].WriteID <= id; k++ {
+		w := n.writes[k]
+		if err := n.Store.Save(w.HardState, w.Entries, w.MustSync); err != nil {
+			env.tb.Fatalf("replica %d: save: %v", n.ID, err)
+		}
+		env.noteVotes(n.ID, w.Entries)
+	}
+	n.writes = n.writes[k:]
+	if err := n.Node.Persisted(id); err != nil {
+		env.printf("error: %v\n", err)
+		return
+	}
+	env.printf("> %d persisted writes %d..%d\n", n.ID, first, id)
+	env.checkMasters()
 }
 
 // sendEarly sends the messages of n's Ready that do not depend on
@@ -371,12 +414,46 @@ func (env *Env) sendEarly(n *Node) {
 // a refusal naming a promise, a Prepare (its ballot is the sender's own
 // promise) or a rebuild answer.
 func (env *Env) checkDurableFirst(n *Node, m paxos.Message) {
+	if n.Cfg.AsyncWrites {
+		env.checkStored(n, m)
+		return
+	}
 	if n.done.persist || (n.rd.HardState.IsEmpty() && len(n.rd.Entries) == 0) {
 		return
 	}
 	switch m.Type {
 	case paxos.MsgPrepare, paxos.MsgPromise, paxos.MsgAccepted, paxos.MsgReject, paxos.MsgRebuildAck:
 		env.violation("replica %d sent %s before persisting the Ready that carries it", n.ID, m)
+	}
+}
+
+// checkStored reports a vote that leaves a replica writing asynchronously
+// before the storage holds it: a Promise, a Reject or a RebuildAck whose
+// ballot the stored promise does not cover, or an Accepted for a slot the
+// storage holds at no ballot at least the acknowledged one (and that the
+// replica does not know chosen).
+func (env *Env) checkStored(n *Node, m paxos.Message) {
+	hs, _ := n.Store.InitialState()
+	switch m.Type {
+	case paxos.MsgPromise:
+		if hs.Promised < m.Ballot {
+			env.violation("replica %d sent %s while its storage holds promise %s", n.ID, m, hs.Promised)
+		}
+	case paxos.MsgReject, paxos.MsgRebuildAck:
+		if hs.Promised < m.Promised {
+			env.violation("replica %d sent %s while its storage holds promise %s", n.ID, m, hs.Promised)
+		}
+	case paxos.MsgAccepted:
+		st := n.Node.Status()
+		for _, s := range m.Slots {
+			if s <= st.Chosen || s <= st.Compacted {
+				continue
+			}
+			ents, _ := n.Store.Entries(s, s+1)
+			if len(ents) == 0 || ents[0].Ballot < m.Ballot {
+				env.violation("replica %d sent %s before its storage holds slot %d at that ballot", n.ID, m, s)
+			}
+		}
 	}
 }
 
@@ -387,6 +464,9 @@ func (env *Env) sendAll(n *Node) {
 	}
 	n.done.send = true
 	for _, m := range n.rd.Messages {
+		if n.Cfg.AsyncWrites {
+			env.checkStored(n, m)
+		}
 		if !n.sentEarly || m.DependsOnPersist() {
 			env.send(m)
 		}
@@ -422,6 +502,8 @@ func (env *Env) apply(n *Node) {
 		}
 		if c, ok := env.chosen[e.Slot]; ok && c != v {
 			env.violation("replica %d applied %s in slot %d, but %s was chosen", n.ID, v, e.Slot, c)
+		} else if !ok && n.Cfg.AsyncWrites {
+			env.violation("replica %d applied %s in slot %d, which no majority has durably accepted", n.ID, v, e.Slot)
 		}
 	}
 }
@@ -563,8 +645,20 @@ func (env *Env) stabilize(ns []*Node, verbose bool) {
 	}
 	for i := 0; i < 1000; i++ {
 		r := env.handleAll(ns, verbose)
+		w := false
+		for _, n := range ns {
+			if n.Node != nil && len(n.writes) > 0 {
+				saved := env.out
+				if !verbose {
+					env.out = &strings.Builder{}
+				}
+				env.persistWrites(n, 0)
+				env.out = saved
+				w = true
+			}
+		}
 		d := env.deliverAll(to)
-		if !r && !d {
+		if !r && !d && !w {
 			return
 		}
 	}

@@ -14,7 +14,9 @@ import (
 // Handle runs one script command and returns its output. The commands
 // (replica IDs are bare numbers; keys without values are flags):
 //
-//	add-nodes n=3 [lease=20] [heartbeat=5] [election=22] [drift=10000] [inflight=32] [batch=256]
+//	add-nodes n=3 [lease=20] [heartbeat=5] [election=22] [drift=10000] [inflight=32] [batch=256] [async]
+//	                             async: Config.AsyncWrites; a Ready's persist step only queues its write
+//	persist-writes [IDS] [upto=W] carry out the queued writes (up to write W) and call Persisted
 //	tick [IDS] [n=1] [stabilize] tick the replicas (all running ones by default) n times,
 //	                             with stabilize stabilizing the cell quietly after each round
 //	campaign ID                  tick ID until its election timer fires
@@ -227,6 +229,17 @@ func (env *Env) handle(t testing.TB, td *datadriven.TestData) error {
 		return nil
 	case "process-ready":
 		return env.cmdProcessReady(ids, flags)
+	case "persist-writes":
+		upto, err := intFlag(flags, "upto", 0)
+		if err != nil {
+			return err
+		}
+		for _, n := range env.pick(ids) {
+			if n.Node != nil {
+				env.persistWrites(n, uint64(upto))
+			}
+		}
+		return nil
 	case "deliver-msgs":
 		return env.cmdDeliver(ids, flags)
 	case "stabilize":
@@ -360,6 +373,7 @@ func (env *Env) cmdAddNodes(flags map[string][]string) error {
 		return err
 	}
 	cfg.DriftPPM = uint32(drift)
+	_, cfg.AsyncWrites = flags["async"]
 	return env.AddNodes(k, cfg)
 }
 

@@ -71,8 +71,11 @@ func TestFloors(t *testing.T) {
 
 // TestUnappliedFault: a partition whose rules a replica refuses is not
 // counted as applied and fails the run; a cell whose /debug/faults does not
-// answer cannot be run at all.
+// answer cannot be run at all. It waits out the refused rules' retries
+// (about 10 s of real time, no work), so it runs in parallel with the runs
+// of real cells.
 func TestUnappliedFault(t *testing.T) {
+	t.Parallel()
 	// Replica 1 is a real (sleeping) process whose HTTP listener says it is
 	// master but refuses fault rules.
 	mux := http.NewServeMux()

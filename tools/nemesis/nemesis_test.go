@@ -40,11 +40,12 @@ var (
 // TestNemesisShort runs a short schedule on a real five-process cell (a 3 s
 // session lease, so that zombies come often) and requires no violation,
 // floors included: every checker judged enough and every fault kind was
-// applied.
+// applied. It runs in parallel with the weakened runs (TestWeakenedRuns).
 func TestNemesisShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cell of real processes for about a minute")
 	}
+	t.Parallel()
 	seed := *shortSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1_000_000)

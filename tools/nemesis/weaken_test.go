@@ -41,10 +41,15 @@ func testLockcelld(t *testing.T) string {
 //	skew      a replica's clock far beyond the drift bound → master-overlap
 //	nofsync   replicas that do not fsync, all killed → ack-set
 //	lockctx   lock contexts blind to the lease deadline → mutual-exclusion
+//
+// The runs are parallel tests: each waits out its schedule in real time
+// and uses about one core, so they run -test.parallel at a time beside
+// TestNemesisShort (each on its own cell, ports and directory).
 func TestWeakenedRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs cells of real processes")
 	}
+	t.Parallel()
 	bin := testLockcelld(t)
 	durations := map[string]time.Duration{
 		WeakenNoFence: 25 * time.Second,
@@ -54,6 +59,7 @@ func TestWeakenedRuns(t *testing.T) {
 	}
 	for i, w := range Weakenings() {
 		t.Run(w, func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			seed := uint64(time.Now().UnixNano()%1_000_000) + uint64(i)
