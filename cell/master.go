@@ -88,6 +88,10 @@ type masterDeps struct {
 	// apply it: features.go).
 	hook     func(path string, err error, gone <-chan struct{}, deliver func())
 	twoRound func(m *master) bool
+	// handOverRuns reports that every member of the role m applies a
+	// release that hands the lock to a whole run of shared waiters
+	// (FeatureHandOverRun).
+	handOverRuns func(m *master) bool
 }
 
 // masterState is the applied state as the master role reads it
@@ -157,6 +161,7 @@ func newMaster(d masterDeps, epoch uint64) (*master, error) {
 		waiting:  func(n int) { d.metrics.waiters.Add(float64(n)) },
 		hook:     d.hook,
 		twoRound: func() bool { return d.twoRound(m) },
+		runs:     func() bool { return d.handOverRuns(m) },
 	})
 	// Every session of every tenant, in one ordered scan of the session
 	// records: this runs on the run loop while the new master's lease

@@ -1,21 +1,34 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
 )
 
-// TestSessionStaysSafe: with a 2 s lease, a session kept alive by its loop
-// for three leases never enters jeopardy (the probe pair proves renewals
-// while the master parks the long-poll).
+// TestSessionStaysSafe: a session kept alive by its loop for three
+// session leases (the default 12 s, in simulated time) never enters
+// jeopardy (the probe pair proves renewals while the master parks the
+// long-poll).
 func TestSessionStaysSafe(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 30*time.Second)
-	s := tc.session(t, ctx, "alice")
+	synctest.Test(t, testSessionStaysSafe)
+}
+
+func testSessionStaysSafe(t *testing.T) {
+	c := celltest.Start(t, celltest.Options{Replicas: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := c.Dial(ctx, c.ClientConfig("", "alice")).NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := s.Open(ctx, "/t/file", client.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +36,7 @@ func TestSessionStaysSafe(t *testing.T) {
 	if _, err := h.SetContents(ctx, []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(3 * testLease)
+	deadline := time.After(3 * cell.DefaultSessionLease)
 	for done := false; !done; {
 		select {
 		case ev := <-s.Events():

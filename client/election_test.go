@@ -4,19 +4,36 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
 )
 
 // TestElectionHandover: three candidates; the leader's session is closed,
 // then the next leader's session expires. Leadership passes in campaign
 // order, each leader's lock context ends when it stops leading, and an
-// observer sees each leader exactly once, in order.
+// observer sees each leader exactly once, in order. The cell is simulated
+// (celltest under synctest): the expiry waits out the default session
+// lease and grace period in no real time.
 func TestElectionHandover(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 60*time.Second)
-	obs := tc.session(t, ctx, "observer")
+	synctest.Test(t, testElectionHandover)
+}
+
+func testElectionHandover(t *testing.T) {
+	tc := celltest.Start(t, celltest.Options{Replicas: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	session := func(principal string) *client.Session {
+		t.Helper()
+		s, err := tc.Dial(ctx, tc.ClientConfig("", principal)).NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	obs := session("observer")
 	// No lock-delay, so an expired leader's successor takes over at once.
 	if _, err := obs.Open(ctx, "/t/election", client.OpenOptions{Create: true, LockDelay: -1}); err != nil {
 		t.Fatal(err)
@@ -27,13 +44,13 @@ func TestElectionHandover(t *testing.T) {
 	}
 	seen := oe.Observe(ctx)
 
-	c1 := tc.session(t, ctx, "one")
-	c2client := tc.dial(t, ctx, tc.config(t, "two"))
+	c1 := session("one")
+	c2client := tc.Dial(ctx, tc.ClientConfig("", "two"))
 	c2, err := c2client.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c3 := tc.session(t, ctx, "three")
+	c3 := session("three")
 	e1, e2, e3 := client.NewElection(c1, "/t/election"), client.NewElection(c2, "/t/election"), client.NewElection(c3, "/t/election")
 
 	l1, err := e1.Campaign(ctx, []byte("one"))
@@ -55,8 +72,8 @@ func TestElectionHandover(t *testing.T) {
 	if err := c1.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-l1.Done()
-	r2 := <-w2
+	recv(t, ctx, "the closed leader's lock context to end", l1.Done())
+	r2 := recv(t, ctx, "the second candidate to win", w2)
 	if r2.err != nil {
 		t.Fatal(r2.err)
 	}
@@ -68,8 +85,8 @@ func TestElectionHandover(t *testing.T) {
 
 	// Hand-over 2: the leader's process vanishes; its session expires.
 	c2client.Close()
-	<-r2.l.Done()
-	r3 := <-w3
+	recv(t, ctx, "the expired leader's lock context to end", r2.l.Done())
+	r3 := recv(t, ctx, "the third candidate to win", w3)
 	if r3.err != nil {
 		t.Fatal(r3.err)
 	}
@@ -87,6 +104,20 @@ func TestElectionHandover(t *testing.T) {
 	}
 	if _, err := oe.Leader(ctx); !errors.Is(err, client.ErrNoLeader) {
 		t.Fatalf("Leader after resign: %v; want ErrNoLeader", err)
+	}
+}
+
+// recv waits for a value from ch, failing the test, with what it waited
+// for, if ctx ends first.
+func recv[T any](t *testing.T, ctx context.Context, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		t.Fatalf("waited in vain for %s: %v", what, ctx.Err())
+		var zero T
+		return zero
 	}
 }
 

@@ -67,7 +67,7 @@ func newFakeSession(t *testing.T, ctx context.Context, answer func(*pending, *pa
 			t.Fatal("CreateSession never reached the master")
 		}
 	}
-	r := <-ch
+	r := recv(t, ctx, "NewSession to return", ch)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}

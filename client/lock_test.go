@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/cell"
 	"github.com/lockcell/lockcell/client"
 )
 
@@ -85,7 +86,7 @@ func TestCancelledAcquireLeavesNoWaiter(t *testing.T) {
 	}()
 	waitWaiters(t, ctx, tc, 1)
 	cancelB()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	if err := recv(t, ctx, "the cancelled Acquire to return", errc); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Acquire: %v; want context.Canceled", err)
 	}
 	waitWaiters(t, ctx, tc, 0)
@@ -101,7 +102,7 @@ func TestCancelledAcquireLeavesNoWaiter(t *testing.T) {
 }
 
 // waitWaiters waits until the master has n blocked Acquire calls.
-func waitWaiters(t *testing.T, ctx context.Context, tc *testCell, n int) {
+func waitWaiters(t *testing.T, ctx context.Context, tc interface{ Master() *cell.Replica }, n int) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,14 +18,40 @@ import (
 	"github.com/lockcell/lockcell/client"
 )
 
-// buildLockctl builds the lockctl binary into a temporary directory.
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+	buildDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// buildLockctl builds the lockctl binary once per test run, into a
+// temporary directory removed when the tests end.
 func buildLockctl(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "lockctl")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "lockctl-test-"); buildErr != nil {
+			return
+		}
+		bin := filepath.Join(buildDir, "lockctl")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		builtBin = bin
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return bin
+	return builtBin
 }
 
 // startTestCell starts a 3-replica in-process cell with tenant "t" and a 2 s

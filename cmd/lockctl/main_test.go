@@ -22,10 +22,7 @@ import (
 // TestLockctl builds lockctl and runs it as a user would against an
 // in-process cell, checking output and exit codes.
 func TestLockctl(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "lockctl")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildLockctl(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	faults := transport.NewFaults(1)
