@@ -149,7 +149,7 @@ func Main(args []string, stdout, stderr io.Writer, factories []DriverFactory) in
 		names = append(names, f.Name)
 	}
 	systems := fs.String("systems", strings.Join(names, ","), "systems to run, comma-separated")
-	workloads := fs.String("workloads", joinWorkloads(AllWorkloads), "workloads to run, comma-separated")
+	workloads := fs.String("workloads", joinWorkloads(AllWorkloads), "workloads to run, comma-separated (also, only when named: "+joinWorkloads(OptInWorkloads)+")")
 	clients := fs.String("clients", "64", "client counts for uncontended, contended, readheavy and noisy, comma-separated (e.g. 1,64)")
 	duration := fs.Duration("duration", 5*time.Second, "measured time of each run")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured warm-up of each run")

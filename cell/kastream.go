@@ -2,6 +2,7 @@ package cell
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,12 +237,17 @@ func (ss *kaStreamServer) serveBatch(reqs []api.KeepAliveStreamRequest) {
 		if len(res) != len(calls) {
 			panic("cell: invariant broken: a KeepAlive batch answered a different number of entries than it holds")
 		}
+		// One allocation for every entry's response, not one each: an
+		// idle connection's round is this loop over all its sessions.
+		resps := make([]api.KeepAliveResponse, len(res))
+		replies = slices.Grow(replies, len(res))
 		for j, res := range res {
 			reply := api.KeepAliveStreamReply{Call: calls[j]}
 			if res.Err != nil {
 				reply.Err = d.sessionError(res.Err)
 			} else {
-				reply.KeepAlive = keepAliveResponse(res.Reply)
+				resps[j] = keepAliveResponseOf(res.Reply)
+				reply.KeepAlive = &resps[j]
 			}
 			replies = append(replies, reply)
 		}
@@ -372,7 +378,13 @@ func (o *sessionOwners) ownersOf(reqs []api.KeepAliveStreamRequest) []ownerOf {
 // and LeaseTimeout are both measured on the session manager's clock, from
 // the request's arrival at the manager.
 func keepAliveResponse(reply session.Reply) *api.KeepAliveResponse {
-	return &api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(reply.Held), Epoch: reply.Epoch,
+	resp := keepAliveResponseOf(reply)
+	return &resp
+}
+
+// keepAliveResponseOf is keepAliveResponse's value.
+func keepAliveResponseOf(reply session.Reply) api.KeepAliveResponse {
+	return api.KeepAliveResponse{LeaseTimeout: int64(reply.LeaseTimeout), Held: int64(reply.Held), Epoch: reply.Epoch,
 		Events: reply.Events, Cadence: int64(reply.Cadence)}
 }
 

@@ -98,7 +98,6 @@ type masterDeps struct {
 // (namespace.Store implements it).
 type masterState interface {
 	Tenant(c namespace.Caller, name string) (api.TenantInfo, error)
-	ListTenants(c namespace.Caller) ([]api.TenantInfo, error)
 	ListSessions(c namespace.Caller, tenant string) ([]api.SessionInfo, error)
 	HeldLocks(c namespace.Caller, sid uint64) ([]string, error)
 	Allowed(c namespace.Caller, path string, perm api.Perm) (bool, error)

@@ -3,6 +3,8 @@ package cell_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,8 +19,9 @@ import (
 // Targets of TestFailoverKeepsManySessions, in simulated time.
 const (
 	// failoverSessions is how many sessions the cell holds across the
-	// kill, failoverClients the client processes (one connection each)
-	// they are spread over.
+	// kill (LOCKCELL_FAILOVER_SESSIONS overrides it, to try the fail-over
+	// at a larger size by hand), failoverClients the client processes
+	// (one connection each) they are spread over.
 	failoverSessions = 3000
 	failoverClients  = 6
 	// failoverSettle bounds the time from the kill until every session
@@ -45,11 +48,18 @@ const (
 // Floors: every session is judged at every sample, and the master
 // changed.
 func TestFailoverKeepsManySessions(t *testing.T) {
+	n := failoverSessions
+	if v := os.Getenv("LOCKCELL_FAILOVER_SESSIONS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("LOCKCELL_FAILOVER_SESSIONS=%q: want a positive count", v)
+		}
+	}
 	synctest.Test(t, func(t *testing.T) {
 		c := celltest.Start(t, celltest.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
-		sessions := openAcross(t, ctx, c, failoverSessions, failoverClients)
+		sessions := openAcross(t, ctx, c, n, failoverClients)
 		old, err := c.WaitMaster(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -66,8 +76,8 @@ func TestFailoverKeepsManySessions(t *testing.T) {
 		// connection's batch.
 		time.Sleep(lease / 2)
 		oldEpoch := old.Status().Epoch
-		if n := judge(t, sessions, "before the crash", 0); n != failoverSessions {
-			t.Fatalf("%d sessions on epoch %d before the crash, want %d", n, oldEpoch, failoverSessions)
+		if judged := judge(t, sessions, "before the crash", 0); judged != n {
+			t.Fatalf("%d sessions on epoch %d before the crash, want %d", judged, oldEpoch, n)
 		}
 
 		crashed := time.Now()
@@ -90,7 +100,7 @@ func TestFailoverKeepsManySessions(t *testing.T) {
 			}
 			moved := judge(t, sessions, fmt.Sprintf("%v after the crash", time.Since(crashed)), epoch)
 			samples++
-			if settled == 0 && next != nil && moved == failoverSessions {
+			if settled == 0 && next != nil && moved == n {
 				settled = time.Since(crashed)
 			}
 		}
@@ -100,15 +110,15 @@ func TestFailoverKeepsManySessions(t *testing.T) {
 		st := next.Status()
 		expiries := metricValue(next.MetricsText(), "lockcell_session_expiries_total")
 		t.Logf("replica %d crashed holding %d sessions; replica %d (epoch %d) answered all of them %v after the crash; it holds %d sessions and expired %v; %d samples",
-			old.ID(), failoverSessions, next.ID(), st.Epoch, settled, st.Sessions, expiries, samples)
+			old.ID(), n, next.ID(), st.Epoch, settled, st.Sessions, expiries, samples)
 		if st.Epoch == oldEpoch {
 			t.Fatalf("the new master serves epoch %d, the crashed master's", st.Epoch)
 		}
 		if settled == 0 || settled > failoverSettle {
 			t.Errorf("every session answered by the new master %v after the crash (0: never); want within %v", settled, failoverSettle)
 		}
-		if st.Sessions != failoverSessions || expiries != 0 {
-			t.Errorf("the new master holds %d sessions and expired %v; want %d and none", st.Sessions, expiries, failoverSessions)
+		if st.Sessions != n || expiries != 0 {
+			t.Errorf("the new master holds %d sessions and expired %v; want %d and none", st.Sessions, expiries, n)
 		}
 		c.Restart(old.ID())
 	})
