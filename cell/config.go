@@ -204,7 +204,8 @@ type Config struct {
 	wallClock func() time.Time
 	// headOutcomeHook, if set, receives the outcome of every Acquire the
 	// master proposes for the head waiter of a lock (err is nil for a
-	// grant): deliver hands it on (at once or later, from any goroutine);
+	// grant; of a run of shared waiters handed the lock together, the
+	// first's): deliver hands it on (at once or later, from any goroutine);
 	// gone is closed once that waiter's caller has canceled. It runs on the
 	// run loop goroutine and must not block. Tests use it to force the interleaving
 	// of a cancellation with an Acquire in Paxos (export_test.go).

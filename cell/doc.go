@@ -11,12 +11,18 @@
 // hands it commands from the one propose pipeline (pipeline.go: every
 // command is routed once, stamped once, proposed once under the master
 // lease, and answered exactly once), and carries out each Ready in the
-// order paxos/doc.go prescribes, written in one function (Replica.execute):
-// messages that depend on no persistence leave first, then the hard state
-// and accepted entries are saved in one synced Pebble batch, then the
-// remaining messages leave, a snapshot is installed, chosen slots are
-// applied to the namespace in order (one Pebble batch per slot), proposal
-// outcomes are delivered, and the node advances. A storage
+// order paxos/doc.go prescribes for a core that writes asynchronously,
+// written in one function (Replica.execute): the hard state and accepted
+// entries go to the log writer (logwriter.go), the messages leave (the
+// core holds back the answers that depend on a write in flight), a
+// snapshot is installed once every earlier write is carried out, chosen
+// slots are applied to the namespace in order (one Pebble batch per slot;
+// the core hands out a slot only once this replica's own copy is durable),
+// proposal outcomes are delivered, and the node advances. The log writer
+// saves the writes in order, those that queued during the previous fsync
+// in one synced Pebble batch, and tells the loop, which tells the core
+// (Node.Persisted): only then does the core count its own votes and
+// release the answers that waited for them. A storage
 // error stops the replica (Done, Err); it never continues on a guess. Every
 // SnapshotEvery applied slots the namespace is snapshotted into the Paxos
 // log's store and the log below it is dropped; lagging peers get the

@@ -27,10 +27,14 @@ const (
 	// FeatureMembership: cell directory commands and membership changes in
 	// the log (AddReplica, RemoveReplica, ReplaceReplica).
 	FeatureMembership
+	// FeatureHandOverRun: commands that carry several grants of one lock
+	// (a run of shared waiters handed the lock in one slot), each tried as
+	// its own Acquire; a binary without it tries only the first.
+	FeatureHandOverRun
 )
 
 // AllFeatures is every feature this binary can apply: what it advertises.
-const AllFeatures = FeatureHandOver | FeatureMembership
+const AllFeatures = FeatureHandOver | FeatureMembership | FeatureHandOverRun
 
 // String names the features, for messages and logs.
 func (f Features) String() string {
@@ -40,6 +44,9 @@ func (f Features) String() string {
 	}
 	if f&FeatureMembership != 0 {
 		names = append(names, "membership change")
+	}
+	if f&FeatureHandOverRun != 0 {
+		names = append(names, "hand-over to a run of shared waiters")
 	}
 	if rest := f &^ AllFeatures; rest != 0 {
 		names = append(names, fmt.Sprintf("unknown features %#x", uint64(rest)))

@@ -23,6 +23,15 @@ import (
 // comes from the same counter as any grant's, so it is greater than the
 // released one's.
 //
+// A queue that starts with shared waiters is handed over as a run: the
+// command carries one grant per shared waiter at the head (up to
+// maxHandOverRun), tried in order in the same slot, so k readers behind a
+// writer take the lock in one round instead of k. They share one
+// generation, as readers who joined one after another would. A writer
+// behind the run is not carried; it waits for the last reader's release.
+// Replicas that cannot apply several grants of one lock (FeatureHandOverRun)
+// keep the master at one grant per lock.
+//
 // What was tried before: proposing the head's Acquire as a separate
 // command right behind the Release, in the hope that both share a slot.
 // The Paxos core packs pending proposals into slots by count and window,
@@ -30,12 +39,20 @@ import (
 // leave an Acquire in Paxos that then fails Locked. One command is applied
 // atomically by every replica, with one outcome per grant.
 
-// handOvers settles the grants one command carries, in order.
-type handOvers []func(namespace.Handed, bool)
+// handOvers settles the grants one command carries, in order: each entry
+// settles the grants of one lock (handOver's settle) and says how many
+// there are.
+type handOvers []handOver
 
-// attach readies the hand-over of each of paths to its head waiter
-// (handOver) and returns the grants for the command to carry and their
-// settle functions.
+// handOver is the settle function of one lock's grants and their number.
+type handOver struct {
+	n      int
+	settle func([]namespace.Handed, bool)
+}
+
+// attach readies the hand-over of each of paths to its head waiter, or
+// the run of shared waiters at its head (lockQueues.handOver), and returns
+// the grants for the command to carry and their settle functions.
 func (l *lockQueues) attach(paths ...string) ([]namespace.Grant, handOvers) {
 	if l.deps.twoRound != nil && l.deps.twoRound() {
 		return nil, nil
@@ -43,25 +60,31 @@ func (l *lockQueues) attach(paths ...string) ([]namespace.Grant, handOvers) {
 	var grants []namespace.Grant
 	var hs handOvers
 	for _, p := range paths {
-		if g, settle, ok := l.handOver(p); ok {
-			grants = append(grants, g)
-			hs = append(hs, settle)
+		if gs, settle, ok := l.handOver(p); ok {
+			grants = append(grants, gs...)
+			hs = append(hs, handOver{n: len(gs), settle: settle})
 		}
 	}
 	return grants, hs
 }
 
-// settle hands each grant its outcome from the command's: the grant's
-// Handed entry if the command was applied and succeeded, else "not
+// settle hands each lock's grants their outcomes from the command's: their
+// Handed entries if the command was applied and succeeded, else "not
 // tried". It is the command's done (or part of it): it does not block.
 func (hs handOvers) settle(res namespace.Result, err error) {
-	applied := err == nil && res.Err == nil && len(res.Handed) == len(hs)
-	for i, s := range hs {
-		var h namespace.Handed
+	total := 0
+	for _, h := range hs {
+		total += h.n
+	}
+	applied := err == nil && res.Err == nil && len(res.Handed) == total
+	at := 0
+	for _, h := range hs {
+		var handed []namespace.Handed
 		if applied {
-			h = res.Handed[i]
+			handed = res.Handed[at : at+h.n]
 		}
-		s(h, applied)
+		at += h.n
+		h.settle(handed, applied)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -66,14 +67,20 @@ type acquired struct {
 	err error
 }
 
-// goAcquire starts a blocking Acquire of h by c and waits until the master
-// counts one more lock waiter.
+// goAcquire starts a blocking exclusive Acquire of h by c and waits until
+// the master counts one more lock waiter.
 func goAcquire(t *testing.T, ctx context.Context, m *cell.Replica, c *testClient, h api.Handle) <-chan acquired {
+	t.Helper()
+	return goAcquireMode(t, ctx, m, c, h, api.LockExclusive)
+}
+
+// goAcquireMode is goAcquire in mode.
+func goAcquireMode(t *testing.T, ctx context.Context, m *cell.Replica, c *testClient, h api.Handle, mode api.LockMode) <-chan acquired {
 	t.Helper()
 	before := m.Status().LockWaiters
 	ch := make(chan acquired, 1)
 	go func() {
-		seq, err := c.acquire(ctx, h, api.LockExclusive, true)
+		seq, err := c.acquire(ctx, h, mode, true)
 		ch <- acquired{seq, err}
 	}()
 	synctest.Wait()
@@ -140,6 +147,116 @@ func TestContendedHandOverOneRound(t *testing.T) {
 		}
 		if n := m.Status().LockWaiters; n != 0 {
 			t.Fatalf("%d lock waiters left", n)
+		}
+	})
+}
+
+// TestSharedRunHandOverOneSlot: when a writer releases a lock whose queue
+// starts with a run of readers (shared waiters) and has another writer
+// behind them, all the readers get the lock in the Release's own Paxos
+// slot — one command, one slot, however many readers — at one generation
+// greater than the released one's, with valid sequencers; the writer
+// behind them stays queued until the last reader lets go, and gets the
+// lock in that release's slot. While one replica runs a binary that cannot
+// apply a run (FeatureHandOverRun), the release hands the lock to the
+// first reader alone and the others follow one slot each. Counted from the
+// master's metrics on synctest's clock.
+func TestSharedRunHandOverOneSlot(t *testing.T) {
+	t.Run("every replica applies runs", func(t *testing.T) { testSharedRunHandOver(t, false) })
+	t.Run("one replica without runs", func(t *testing.T) { testSharedRunHandOver(t, true) })
+}
+
+func testSharedRunHandOver(t *testing.T, oldReplica bool) {
+	const readers = 4
+	wantSlots := 1.0
+	var tune func(*cell.Config)
+	if oldReplica {
+		wantSlots = readers
+		tune = func(c *cell.Config) {
+			if c.ID == gateOldReplica {
+				cell.SetFeatures(c, func() cell.Features { return cell.AllFeatures &^ cell.FeatureHandOverRun })
+			}
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := testCtx(t, 60*time.Second)
+		names := []string{"writer", "writer2"}
+		for i := 0; i < readers; i++ {
+			names = append(names, fmt.Sprintf("reader%d", i))
+		}
+		hc := startHandOverCell(t, ctx, tune, names...)
+		m := hc.lc.Master()
+		time.Sleep(time.Second) // every replica reports its features to the master
+		handles := map[string]api.Handle{}
+		for _, name := range names {
+			handles[name] = hc.clients[name].mustOpen(ctx, "/t/run")
+		}
+		w, err := hc.clients["writer"].acquire(ctx, handles["writer"], api.LockExclusive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rchs []<-chan acquired
+		for i := 0; i < readers; i++ {
+			name := fmt.Sprintf("reader%d", i)
+			rchs = append(rchs, goAcquireMode(t, ctx, m, hc.clients[name], handles[name], api.LockShared))
+		}
+		w2ch := goAcquire(t, ctx, m, hc.clients["writer2"], handles["writer2"])
+
+		synctest.Wait()
+		before := countPaxos(m)
+		if err := hc.clients["writer"].release(ctx, handles["writer"], w.Generation); err != nil {
+			t.Fatal(err)
+		}
+		var gen uint64
+		judged := 0
+		for i, ch := range rchs {
+			out := <-ch
+			if out.err != nil {
+				t.Fatalf("reader%d's blocked Acquire: %v", i, out.err)
+			}
+			if out.seq.Mode != api.LockShared || out.seq.Generation <= w.Generation || gen != 0 && out.seq.Generation != gen {
+				t.Fatalf("reader%d got mode %v at generation %d; want shared at one generation above %d (the others': %d)",
+					i, out.seq.Mode, out.seq.Generation, w.Generation, gen)
+			}
+			gen = out.seq.Generation
+			if r, err := hc.clients[fmt.Sprintf("reader%d", i)].checkSequencer(ctx, out.seq.Sequencer); err != nil || !r.Valid {
+				t.Fatalf("reader%d's sequencer: %+v, %v", i, r, err)
+			}
+			judged++
+		}
+		synctest.Wait()
+		d := countPaxos(m).minus(before)
+		t.Logf("hand-over to %d readers: %v commands, %v slots, %v fsyncs on the master", judged, d.commands, d.slots, d.fsyncs)
+		if judged != readers {
+			t.Fatalf("judged %d readers, want %d", judged, readers)
+		}
+		if d.commands != wantSlots || d.slots != wantSlots {
+			t.Fatalf("hand-over to %d readers took %v commands in %v slots; want %v of each", readers, d.commands, d.slots, wantSlots)
+		}
+		select {
+		case out := <-w2ch:
+			t.Fatalf("the writer behind the readers returned while they hold the lock: %+v, %v", out.seq, out.err)
+		default:
+		}
+		if n := m.Status().LockWaiters; n != 1 {
+			t.Fatalf("%d lock waiters while the readers hold the lock; want 1 (the writer)", n)
+		}
+		// The readers let go one by one; the last release hands the lock
+		// to the writer in its own slot.
+		before = countPaxos(m)
+		for i := 0; i < readers; i++ {
+			name := fmt.Sprintf("reader%d", i)
+			if err := hc.clients[name].release(ctx, handles[name], gen); err != nil {
+				t.Fatalf("%s's release: %v", name, err)
+			}
+		}
+		out := <-w2ch
+		if out.err != nil || out.seq.Mode != api.LockExclusive || out.seq.Generation <= gen {
+			t.Fatalf("the writer behind the readers: %+v, %v; want exclusive above generation %d", out.seq, out.err, gen)
+		}
+		synctest.Wait()
+		if d := countPaxos(m).minus(before); d.commands != readers || d.slots != readers {
+			t.Fatalf("%d releases and the writer's grant took %v commands in %v slots; want %d of each", readers, d.commands, d.slots, readers)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package cell
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,7 +15,10 @@ import (
 // one per lock path, and decides whose Acquire goes to Paxos next. A
 // release wakes exactly the head of the lock's queue (and, for shared
 // grants, the run of shared waiters behind it): no thundering herd. At most
-// one Acquire per lock is in Paxos at a time, the head's.
+// one Acquire per lock is in Paxos at a time, the head's — or, when a
+// command that frees the lock hands it over (handOver), the grants of the
+// head and the run of shared waiters right behind it, all in that one
+// command.
 //
 // # A canceled Acquire leaves nothing behind
 //
@@ -23,26 +27,26 @@ import (
 //
 //   - While queued behind others, or at the head with no Acquire in
 //     flight: cancel takes it out; its Acquire is never proposed.
-//   - While its Acquire is in Paxos: cancel leaves it at the head (the
-//     in-flight Acquire is its), and headOutcome takes it out when the
+//   - While its Acquire is in Paxos: cancel leaves it in its place (the
+//     in-flight Acquire is its), and runOutcome takes it out when the
 //     outcome arrives; a grant it got is released.
 //   - After its grant was delivered but before it read it: cancel finds the
 //     grant in the waiter's result and releases it.
 //
 // The last two never both happen and never neither: the caller closes
-// gone before it takes mu, and headOutcome reads gone and delivers the
-// grant under mu, so either headOutcome sees gone (and releases), or the
+// gone before it takes mu, and runOutcome reads gone and delivers the
+// grant under mu, so either runOutcome sees gone (and releases), or the
 // grant is in the result when cancel looks. A try (an Acquire that does
 // not wait) follows the same protocol without a queue.
 //
 // # The master role ending
 //
-// When the role ends (stop) every waiter is told so at once, except a
-// head whose Acquire is in Paxos: that Acquire may still be chosen (a new
+// When the role ends (stop) every waiter is told so at once, except those
+// whose Acquires are in Paxos: such an Acquire may still be chosen (a new
 // leader completes the slots the old one filled), and the pipeline gives
 // every command it proposed one definite outcome, even after the role
-// ended (applied, preempted, or the replica stopping). The head keeps
-// waiting for it, and headOutcome tells it that outcome: the grant, which
+// ended (applied, preempted, or the replica stopping). Its waiter keeps
+// waiting for it, and runOutcome tells it that outcome: the grant, which
 // it then holds, or what every other waiter was told. Telling it at stop
 // would leave a grant that nobody knows of standing until its session
 // ends.
@@ -96,15 +100,28 @@ type lockDeps struct {
 	// (Config.twoRoundHandOver), and while some replica has not reported
 	// that it can apply a hand-over (features.go).
 	twoRound func() bool
+	// runs, if it returns true, lets handOver hand a run of shared waiters
+	// over in one command; while it returns false (some replica has not
+	// reported that it applies such a command, features.go) or is nil,
+	// handOver hands over the head alone.
+	runs func() bool
 }
+
+// maxHandOverRun bounds the shared waiters one command hands a lock to,
+// so that a long run of readers does not make one slot arbitrarily large;
+// the readers behind the run join the lock one Acquire after another
+// (runOutcome lets the next shared waiter in).
+const maxHandOverRun = 64
 
 // lockQueue is the FIFO of sessions waiting for one lock.
 type lockQueue struct {
 	path    string
 	waiters []*lockWaiter
-	// inflight reports that an Acquire for the head is in Paxos, on its
-	// own or as the grant of a command that frees the lock (handOver).
-	inflight bool
+	// inflight is the number of waiters at the front of the queue whose
+	// Acquires are in Paxos: 0, or 1 for the head's Acquire (on its own or
+	// as the grant of a command that frees the lock), or the length of the
+	// run of shared waiters one command hands the lock to (handOver).
+	inflight int
 	// freedInflight reports that the lock was freed while the head's
 	// Acquire was in flight (lockFreed): if that Acquire then leaves the
 	// head waiting, the head must ask again.
@@ -235,7 +252,7 @@ func (l *lockQueues) enqueue(path string, w *lockWaiter) error {
 }
 
 // cancel takes w (whose caller gave up) out of path's queue, unless its
-// Acquire is in Paxos (headOutcome then takes it out), and gives back a
+// Acquire is in Paxos (runOutcome then takes it out), and gives back a
 // grant delivered to it that it will not read.
 func (l *lockQueues) cancel(path string, w *lockWaiter) {
 	close(w.gone)
@@ -245,8 +262,8 @@ func (l *lockQueues) cancel(path string, w *lockWaiter) {
 			if x != w {
 				continue
 			}
-			if i == 0 && q.inflight {
-				break // headOutcome sees gone when the outcome arrives
+			if i < q.inflight {
+				break // runOutcome sees gone when the outcome arrives
 			}
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 			l.waitingLocked(-1)
@@ -331,7 +348,7 @@ func (l *lockQueues) skipAbandonedLocked(q *lockQueue) bool {
 
 // REQUIRES: l.mu held.
 func (l *lockQueues) dropIfEmptyLocked(q *lockQueue) {
-	if len(q.waiters) == 0 && !q.inflight {
+	if len(q.waiters) == 0 && q.inflight == 0 {
 		if q.timer != nil {
 			q.timer.Stop()
 		}
@@ -346,7 +363,7 @@ func (l *lockQueues) dropIfEmptyLocked(q *lockQueue) {
 func (l *lockQueues) kick(path string) {
 	l.mu.Lock()
 	q := l.mu.queues[path]
-	if q == nil || q.inflight || len(q.waiters) == 0 || l.mu.stopped != nil {
+	if q == nil || q.inflight > 0 || len(q.waiters) == 0 || l.mu.stopped != nil {
 		l.mu.Unlock()
 		return
 	}
@@ -355,24 +372,38 @@ func (l *lockQueues) kick(path string) {
 		return
 	}
 	w := q.waiters[0]
-	q.inflight = true
+	q.inflight = 1
 	q.freedInflight = false
 	l.mu.Unlock()
-	l.deps.prop.acquire(w.caller, &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}, true, l.outcomeFor(q, w))
+	outcome := l.outcomeFor(q, []*lockWaiter{w})
+	l.deps.prop.acquire(w.caller, &namespace.Acquire{Session: w.session, Path: path, Mode: w.mode}, true, func(res namespace.Result, err error) {
+		outcome([]waitResult{acquireOutcome(res, err)})
+	})
 }
 
-// outcomeFor returns the function that takes the outcome of the head
-// waiter w's Acquire: headOutcome, through the test hook if one is set.
-func (l *lockQueues) outcomeFor(q *lockQueue, w *lockWaiter) func(namespace.Result, error) {
-	outcome := func(res namespace.Result, err error) { l.headOutcome(q, w, res, err) }
+// acquireOutcome is the outcome of an Acquire for one waiter: its grant,
+// or the error that refused it (err, or the command's own).
+func acquireOutcome(res namespace.Result, err error) waitResult {
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	g, _ := res.Reply.(*namespace.Granted)
+	if err != nil {
+		g = nil
+	}
+	return waitResult{granted: g, err: err}
+}
+
+// outcomeFor returns the function that takes the outcomes of the
+// Acquires in flight for ws, the waiters at the front of q (one per
+// waiter, in order): runOutcome, through the test hook if one is set (it
+// is shown the first waiter's outcome and delivers the run's).
+func (l *lockQueues) outcomeFor(q *lockQueue, ws []*lockWaiter) func([]waitResult) {
+	outcome := func(outs []waitResult) { l.runOutcome(q, ws, outs) }
 	if hook := l.deps.hook; hook != nil {
 		direct := outcome
-		outcome = func(res namespace.Result, err error) {
-			e := err
-			if e == nil && res.Err != nil {
-				e = res.Err
-			}
-			hook(q.path, e, w.gone, func() { direct(res, err) })
+		outcome = func(outs []waitResult) {
+			hook(q.path, outs[0].err, ws[0].gone, func() { direct(outs) })
 		}
 	}
 	return outcome
@@ -381,80 +412,108 @@ func (l *lockQueues) outcomeFor(q *lockQueue, w *lockWaiter) func(namespace.Resu
 // handOver readies the hand-over of path's lock to the head of its queue
 // inside a command that may free the lock (a Release, an ExpireSession),
 // so that the hand-over costs one Paxos slot instead of two: the release's,
-// then the head's Acquire. If the head waits and no Acquire of its is in
-// flight, handOver marks one in flight and returns the namespace.Grant
-// for the command to carry, and settle, which must be called exactly once:
-// with the grant's outcome if the command was applied, or with applied
-// false if it was not (refused, shed, never proposed). Otherwise ok is
-// false and the command carries no grant for path.
+// then the head's Acquire. If the head is a shared waiter, the run of
+// shared waiters right behind it (up to maxHandOverRun in all, and only
+// while deps.runs allows) is handed the lock in the same command: each is
+// the Acquire it would have proposed, applied in queue order, so they hold
+// it together from that slot on, at one generation greater than the freed
+// one's, as if each had joined in a slot of its own.
 //
-// The grant is the very Acquire kick would propose next, applied in the
-// same slot right after the lock is freed, so everything the type's
+// If the head waits and no Acquire of its is in flight, handOver marks the
+// run in flight and returns the namespace.Grants for the command to carry
+// (one per waiter, in queue order), and settle, which must be called
+// exactly once: with the grants' outcomes (one Handed each, in order) if
+// the command was applied, or with applied false if it was not (refused,
+// shed, never proposed). Otherwise ok is false and the command carries no
+// grant for path.
+//
+// Each grant is the very Acquire kick would propose for its waiter, applied
+// in the same slot right after the lock is freed, so everything the type's
 // comment says of an Acquire in flight holds for it too: a waiter that
 // cancels meanwhile leaves at its outcome, and a grant it got is released.
-func (l *lockQueues) handOver(path string) (g namespace.Grant, settle func(h namespace.Handed, applied bool), ok bool) {
+func (l *lockQueues) handOver(path string) (grants []namespace.Grant, settle func(hs []namespace.Handed, applied bool), ok bool) {
 	l.mu.Lock()
 	q := l.mu.queues[path]
-	if q == nil || q.inflight || l.mu.stopped != nil {
+	if q == nil || q.inflight > 0 || l.mu.stopped != nil {
 		l.mu.Unlock()
-		return namespace.Grant{}, nil, false
+		return nil, nil, false
 	}
 	if l.skipAbandonedLocked(q) {
 		l.mu.Unlock()
-		return namespace.Grant{}, nil, false
+		return nil, nil, false
 	}
-	w := q.waiters[0]
-	q.inflight = true
+	n := 1
+	if q.waiters[0].mode == api.LockShared && l.deps.runs != nil && l.deps.runs() {
+		for n < len(q.waiters) && n < maxHandOverRun && q.waiters[n].mode == api.LockShared {
+			n++
+		}
+	}
+	ws := slices.Clone(q.waiters[:n])
+	q.inflight = n
 	q.freedInflight = false
 	l.mu.Unlock()
-	outcome := l.outcomeFor(q, w)
+	outcome := l.outcomeFor(q, ws)
 	var once sync.Once
-	settle = func(h namespace.Handed, applied bool) {
+	settle = func(hs []namespace.Handed, applied bool) {
 		once.Do(func() {
-			switch {
-			case !applied || !h.Tried:
-				l.notTried(q, w)
-			case h.Reply != nil:
-				outcome(namespace.Result{Reply: h.Reply}, nil)
-			default:
-				outcome(namespace.Result{Err: h.Err}, nil)
+			// The grants of one lock are tried together or not at all
+			// (namespace.Grant): the first says which.
+			if !applied || len(hs) != len(ws) || !hs[0].Tried {
+				l.notTried(q, ws)
+				return
 			}
+			outs := make([]waitResult, len(ws))
+			for i, h := range hs {
+				if h.Reply != nil {
+					outs[i].granted = h.Reply
+				} else {
+					outs[i].err = h.Err
+				}
+			}
+			outcome(outs)
 		})
 	}
-	return namespace.Grant{Caller: w.caller, Session: w.session, Path: path, Mode: w.mode}, settle, true
+	grants = make([]namespace.Grant, n)
+	for i, w := range ws {
+		grants[i] = namespace.Grant{Caller: w.caller, Session: w.session, Path: path, Mode: w.mode}
+	}
+	return grants, settle, true
 }
 
-// notTried ends the flight of a grant that was never tried: its command
-// was not applied, or did not free the lock (a shared lock that others
-// still hold, a stale release). The head keeps its place and asks again
-// only if the lock was freed meanwhile; a head that canceled leaves, and
-// the next waiter gets its turn.
+// notTried ends the flight of the grants for ws (the waiters at the front
+// of q) that were never tried: their command was not applied, or did not
+// free the lock (a shared lock that others still hold, a stale release).
+// The waiters keep their places and the head asks again only if the lock
+// was freed meanwhile; a waiter that canceled leaves, and the next waiter
+// gets its turn.
 //
-// If the master role ended meanwhile (stop kept the head for this
-// outcome), the head leaves, told what every other waiter was told.
-func (l *lockQueues) notTried(q *lockQueue, w *lockWaiter) {
+// If the master role ended meanwhile (stop kept the waiters in flight for
+// this outcome), they leave, told what every other waiter was told.
+func (l *lockQueues) notTried(q *lockQueue, ws []*lockWaiter) {
 	l.mu.Lock()
-	q.inflight = false
+	q.inflight = 0
 	next := q.freedInflight
 	q.freedInflight = false
-	atHead := len(q.waiters) > 0 && q.waiters[0] == w
-	var told error
-	switch {
-	case !atHead:
-		next = true
-	case w.abandoned():
-		q.waiters = q.waiters[1:]
-		l.waitingLocked(-1)
-		next = true
-	case l.mu.stopped != nil:
-		q.waiters = q.waiters[1:]
-		l.waitingLocked(-1)
-		told = l.mu.stopped
+	var told []*lockWaiter
+	for i, w := range ws {
+		j := slices.Index(q.waiters, w)
+		switch {
+		case j < 0:
+			next = true
+		case w.abandoned():
+			q.waiters = slices.Delete(q.waiters, j, j+1)
+			l.waitingLocked(-1)
+			next = next || i == 0
+		case l.mu.stopped != nil:
+			q.waiters = slices.Delete(q.waiters, j, j+1)
+			l.waitingLocked(-1)
+			told = append(told, w)
+		}
 	}
 	next = next && len(q.waiters) > 0
 	l.dropIfEmptyLocked(q)
-	if told != nil {
-		w.finish(nil, told)
+	for _, w := range told {
+		w.finish(nil, l.mu.stopped)
 	}
 	l.mu.Unlock()
 	if next {
@@ -462,71 +521,97 @@ func (l *lockQueues) notTried(q *lockQueue, w *lockWaiter) {
 	}
 }
 
-// headOutcome handles the result of the head waiter's Acquire. It runs on
+// runOutcome handles the outcomes of the Acquires that were in flight for
+// ws, the waiters at the front of q (the head alone, or a run of shared
+// waiters handed the lock together), one per waiter in order. It runs on
 // the run loop goroutine and must not block. A waiter canceled while its
 // Acquire was in Paxos leaves the queue here whatever the outcome, and a
 // grant it got is released (see the type's comment).
-func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Result, err error) {
-	if err == nil && res.Err != nil {
-		err = res.Err
-	}
-	g, _ := res.Reply.(*namespace.Granted)
+func (l *lockQueues) runOutcome(q *lockQueue, ws []*lockWaiter, outs []waitResult) {
 	l.mu.Lock()
-	q.inflight = false
+	q.inflight = 0
 	freed := q.freedInflight
 	q.freedInflight = false
-	gone := w.abandoned()
-	// w is still the head: while its Acquire is in flight nothing else
-	// removes it. The check keeps a surprise from dropping someone else.
-	atHead := len(q.waiters) > 0 && q.waiters[0] == w
-	var next, conflict bool
-	var delay time.Duration
-	switch {
-	case !atHead:
-		next = len(q.waiters) > 0
-	case err == nil && g != nil:
-		q.waiters = q.waiters[1:]
-		l.waitingLocked(-1)
-		// Shared grants let the next shared waiter in at once. (A free
-		// noted while this Acquire was in flight came before it: the lock
-		// is this grant's now.)
-		next = g.Mode == api.LockShared && len(q.waiters) > 0 && q.waiters[0].mode == api.LockShared
-	case gone:
-		// Canceled while in Paxos and not granted: it leaves now, and the
-		// next waiter gets its turn.
-		q.waiters = q.waiters[1:]
-		l.waitingLocked(-1)
-		next = len(q.waiters) > 0
-	case l.mu.stopped != nil:
-		// The role ended while this Acquire was in Paxos (stop kept the
-		// head for its outcome), and it was not granted: the head leaves,
-		// told the error of the outcome, or, where it would have stayed
-		// (the lock held, a lock-delay), what every other waiter was told.
-		q.waiters = q.waiters[1:]
-		l.waitingLocked(-1)
-		if err == nil || errors.Is(err, api.ErrLocked) || errors.Is(err, api.ErrLockDelay) {
-			err = l.mu.stopped
+	var (
+		release         []*lockWaiter
+		releaseGrants   []*namespace.Granted
+		granted, stayed bool
+		lastShared      bool
+		removedOther    bool
+		conflict        bool
+		delay           time.Duration
+	)
+	for i, w := range ws {
+		g, err := outs[i].granted, outs[i].err
+		// w is still queued: while its Acquire is in flight nothing else
+		// removes it. The check keeps a surprise from dropping someone
+		// else.
+		j := slices.Index(q.waiters, w)
+		if j < 0 {
+			removedOther = true
+			continue
 		}
-	case errors.Is(err, api.ErrLocked):
-		// Stay at the head; the release that frees the lock kicks again
-		// (or freed it already, while this Acquire was in flight).
-		conflict = true
-		next = freed
-	case errors.Is(err, api.ErrLockDelay):
-		delay = time.Millisecond
-		var ae *api.Error
-		if errors.As(err, &ae) {
-			if now, err := l.deps.now(); err == nil && ae.Until-now > int64(delay) {
-				delay = time.Duration(ae.Until - now)
+		gone := w.abandoned()
+		leave := true
+		switch {
+		case g != nil:
+			granted = true
+			lastShared = g.Mode == api.LockShared
+			if gone {
+				release = append(release, w)
+				releaseGrants = append(releaseGrants, g)
+			} else {
+				w.finish(g, nil)
 			}
+		case gone:
+			// Canceled while in Paxos and not granted: it leaves now, and
+			// the next waiter gets its turn.
+			removedOther = true
+		case l.mu.stopped != nil:
+			// The role ended while this Acquire was in Paxos (stop kept
+			// the waiter for its outcome), and it was not granted: it
+			// leaves, told the error of the outcome, or, where it would
+			// have stayed (the lock held, a lock-delay), what every other
+			// waiter was told.
+			if err == nil || errors.Is(err, api.ErrLocked) || errors.Is(err, api.ErrLockDelay) {
+				err = l.mu.stopped
+			}
+			w.finish(nil, err)
+		case errors.Is(err, api.ErrLocked):
+			// Stay; the release that frees the lock kicks again (or freed
+			// it already, while this Acquire was in flight).
+			leave, stayed, conflict = false, true, true
+		case errors.Is(err, api.ErrLockDelay):
+			leave, stayed = false, true
+			d := time.Millisecond
+			var ae *api.Error
+			if errors.As(err, &ae) {
+				if now, err := l.deps.now(); err == nil && ae.Until-now > int64(d) {
+					d = time.Duration(ae.Until - now)
+				}
+			}
+			delay = max(delay, d)
+		default:
+			// NotFound, SessionExpired, PermissionDenied, NotMaster...:
+			// this waiter is done; the next one gets its turn.
+			w.finish(nil, err)
+			removedOther = true
 		}
-	default:
-		// NotFound, SessionExpired, PermissionDenied, NotMaster...: this
-		// waiter is done; the next one gets its turn.
-		q.waiters = q.waiters[1:]
-		l.waitingLocked(-1)
-		next = len(q.waiters) > 0
+		if leave {
+			q.waiters = slices.Delete(q.waiters, j, j+1)
+			l.waitingLocked(-1)
+		}
 	}
+	headShared := len(q.waiters) > 0 && q.waiters[0].mode == api.LockShared
+	// Shared grants let the next shared waiter in at once. (A free noted
+	// while these Acquires were in flight came before them: the lock is
+	// theirs now.) A lock-delay retries on its timer; a waiter refused
+	// because the lock is held waits for the release that frees it, or for
+	// a free noted meanwhile. A waiter that left without the lock gives
+	// the next its turn.
+	next := granted && lastShared && headShared ||
+		stayed && delay == 0 && freed ||
+		!granted && !stayed && removedOther && len(q.waiters) > 0
 	if delay > 0 && l.mu.stopped == nil {
 		if q.timer != nil {
 			q.timer.Stop()
@@ -534,18 +619,9 @@ func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Resu
 		q.timer = time.AfterFunc(delay, func() { l.kick(q.path) })
 	}
 	l.dropIfEmptyLocked(q)
-	release := g != nil && gone
-	switch {
-	case release:
-	case g != nil:
-		w.finish(g, nil)
-	case gone:
-	case err != nil && !errors.Is(err, api.ErrLocked) && !errors.Is(err, api.ErrLockDelay):
-		w.finish(nil, err)
-	}
 	l.mu.Unlock()
-	if release {
-		l.release(w, q.path, g)
+	for i, w := range release {
+		l.release(w, q.path, releaseGrants[i])
 	}
 	if conflict {
 		l.deps.conflict(q.path)
@@ -560,12 +636,12 @@ func (l *lockQueues) headOutcome(q *lockQueue, w *lockWaiter, res namespace.Resu
 // does not block.
 //
 // While the head's Acquire is in flight the outcome of that Acquire decides
-// (headOutcome, notTried); lockFreed only notes that the lock was freed, so
+// (runOutcome, notTried); lockFreed only notes that the lock was freed, so
 // that a head left waiting asks again.
 func (l *lockQueues) lockFreed(f namespace.FreedLock) {
 	l.mu.Lock()
 	q := l.mu.queues[f.Path]
-	if q != nil && q.inflight {
+	if q != nil && q.inflight > 0 {
 		q.freedInflight = true
 		l.mu.Unlock()
 		return
@@ -601,10 +677,10 @@ func (l *lockQueues) stop(err error) {
 	l.mu.stopped = err
 	var ws []*lockWaiter
 	for _, q := range l.mu.queues {
-		if q.inflight && len(q.waiters) > 0 {
-			// Only the pending outcome still reaches q (headOutcome).
-			ws = append(ws, q.waiters[1:]...)
-			q.waiters = q.waiters[:1]
+		if n := min(q.inflight, len(q.waiters)); n > 0 {
+			// Only the pending outcome still reaches q (runOutcome).
+			ws = append(ws, q.waiters[n:]...)
+			q.waiters = q.waiters[:n]
 		} else {
 			ws = append(ws, q.waiters...)
 			q.waiters = nil

@@ -426,10 +426,15 @@ func handOverHead(t *testing.T, l *lockQueues, f *fakeLockPaxos, ctx context.Con
 	w1 := goWait(ctx, l, 1, "/t/l", api.LockExclusive)
 	f.locked(f.one(t, 1))
 	synctest.Wait()
-	g, settle, ok := l.handOver("/t/l")
-	if !ok || g.Session != 1 || g.Path != "/t/l" || g.Mode != api.LockExclusive || g.Caller != lqCaller {
-		t.Fatalf("handOver = %+v, %v; want session 1's grant", g, ok)
+	gs, settleRun, ok := l.handOver("/t/l")
+	if !ok || len(gs) != 1 {
+		t.Fatalf("handOver = %+v, %v; want session 1's grant", gs, ok)
 	}
+	g := gs[0]
+	if g.Session != 1 || g.Path != "/t/l" || g.Mode != api.LockExclusive || g.Caller != lqCaller {
+		t.Fatalf("handOver = %+v; want session 1's grant", g)
+	}
+	settle := func(h namespace.Handed, applied bool) { settleRun([]namespace.Handed{h}, applied) }
 	if _, _, ok := l.handOver("/t/l"); ok {
 		t.Fatal("a second hand-over while the first is in flight")
 	}
@@ -643,4 +648,69 @@ func TestLockQueuesStopKeepsHandedHead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A hand-over to a queue that starts with shared waiters carries the whole
+// run of them, and only them: the exclusive waiter behind the run (and the
+// shared one behind it) stays queued. Each member of the run is in flight
+// until the grant is settled: one that cancels meanwhile stays until then,
+// and the grant it got is given back.
+func TestLockQueuesHandOverSharedRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, f := newTestLockQueues()
+		l.deps.runs = func() bool { return true }
+		s1 := goWait(t.Context(), l, 1, "/t/l", api.LockShared)
+		f.locked(f.one(t, 1))
+		synctest.Wait()
+		ctx2, cancel2 := context.WithCancel(t.Context())
+		s2 := goWait(ctx2, l, 2, "/t/l", api.LockShared)
+		s3 := goWait(t.Context(), l, 3, "/t/l", api.LockShared)
+		x4 := goWait(t.Context(), l, 4, "/t/l", api.LockExclusive)
+		s5 := goWait(t.Context(), l, 5, "/t/l", api.LockShared)
+		gs, settle, ok := l.handOver("/t/l")
+		var sessions []uint64
+		for _, g := range gs {
+			if g.Mode != api.LockShared || g.Path != "/t/l" {
+				t.Fatalf("hand-over grant %+v; want shared grants of /t/l", g)
+			}
+			sessions = append(sessions, g.Session)
+		}
+		if !ok || !slices.Equal(sessions, []uint64{1, 2, 3}) {
+			t.Fatalf("handOver carries sessions %v (ok %v); want the run [1 2 3]", sessions, ok)
+		}
+		cancel2()
+		synctest.Wait()
+		if n := l.count(); n != 5 {
+			t.Fatalf("count = %d after a run member canceled in flight; want 5 until the outcome", n)
+		}
+		handed := make([]namespace.Handed, len(gs))
+		for i, g := range gs {
+			handed[i] = namespace.Handed{Tried: true, Reply: &namespace.Granted{Path: g.Path, Mode: g.Mode, Generation: 9}}
+		}
+		settle(handed, true)
+		synctest.Wait()
+		for _, c := range []struct {
+			sess uint64
+			ch   <-chan waitOut
+		}{{1, s1}, {3, s3}} {
+			if out := <-c.ch; out.err != nil || out.g.Generation != 9 {
+				t.Fatalf("session %d: %+v, %v; want generation 9", c.sess, out.g, out.err)
+			}
+		}
+		if out := <-s2; out.err == nil {
+			t.Fatalf("canceled session 2 returned a grant: %+v", out.g)
+		}
+		if rs := f.takeReleases(); len(rs) != 1 || rs[0].Session != 2 || rs[0].Generation != 9 {
+			t.Fatalf("releases %+v; want session 2's grant of generation 9 given back", rs)
+		}
+		if got := f.take(); len(got) != 0 {
+			t.Fatal("an Acquire went to Paxos with an exclusive waiter at the head of a shared-held lock")
+		}
+		if !waiting(x4) || !waiting(s5) {
+			t.Fatal("a waiter behind the run returned")
+		}
+		if n := l.count(); n != 2 {
+			t.Fatalf("count = %d; want 2 (the waiters behind the run)", n)
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
 )
 
@@ -36,6 +37,20 @@ func (o *sessionOwners) add(sess uint64, c namespace.Caller) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.mu.owners[sess] = c
+}
+
+// addAll records every session of list as live, owned by its tenant and
+// principal, under one lock (a new master taking over the sessions of the
+// applied state).
+func (o *sessionOwners) addAll(list []api.SessionInfo) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.mu.owners) == 0 {
+		o.mu.owners = make(map[uint64]namespace.Caller, len(list))
+	}
+	for _, s := range list {
+		o.mu.owners[s.ID] = namespace.Caller{Tenant: s.Tenant, Principal: s.Principal}
+	}
 }
 
 // remove forgets sess and its token bindings (the session ended).

@@ -82,6 +82,9 @@ func (r *Replica) masterDeps(epoch uint64) masterDeps {
 		twoRound: func(m *master) bool {
 			return r.cfg.twoRoundHandOver || len(r.featureMissing(m, FeatureHandOver)) > 0
 		},
+		handOverRuns: func(m *master) bool {
+			return len(r.featureMissing(m, FeatureHandOverRun)) == 0
+		},
 	}
 }
 

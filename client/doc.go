@@ -87,6 +87,7 @@
 // # Concurrency
 //
 // Client, Session, Handle, Lock, Mutex and Election are safe for concurrent
-// use. Each Session runs two goroutines (the KeepAlive loop and the event
-// dispatcher) until it ends.
+// use. A Client runs one KeepAlive loop for all its sessions (two
+// goroutines, however many sessions it has); a Session has no goroutine of
+// its own, except one that delivers its events while some are queued.
 package client

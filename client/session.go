@@ -13,8 +13,9 @@ import (
 	"github.com/lockcell/lockcell/internal/monotime"
 )
 
-// Session is a Chubby session: a lease on the master kept alive by a
-// KeepAlive loop, the handles and locks opened in it, and its events.
+// Session is a Chubby session: a lease on the master kept alive by the
+// Client's KeepAlive loop (one for all its sessions: kaloop.go), the
+// handles and locks opened in it, and its events.
 //
 // The local lease is conservative: a KeepAlive reply that the master held
 // for h and that grants d proves the lease lasts h+d from some moment after
@@ -98,7 +99,8 @@ type Session struct {
 	}
 }
 
-// NewSession creates a session at the master and starts its KeepAlive loop.
+// NewSession creates a session at the master and hands it to the client's
+// KeepAlive loop.
 //
 // A master that sheds the CreateSession (api.ErrResourceExhausted with a
 // RetryAfter: the tenant's queue at the master is full, or its rate is
@@ -251,9 +253,11 @@ func (s *Session) finish(st State, cause error) {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.nudge() // the loop forgets its KeepAlives
 	s.c.removeSession(s)
+	// Done closes before the event is queued: whoever sees the event finds
+	// Done closed.
+	close(s.done)
 	s.emit(Event{Kind: EventExpired})
 	s.wakeWatchers("")
-	close(s.done)
 }
 
 // changedLocked wakes everyone waiting for a state or epoch change.

@@ -124,7 +124,7 @@ func (s *Session) lockLoss(l *Lock) error {
 
 // loopState returns the session's state for the loop: like State, it
 // lapses the session if the lease has run out (in every build: this is the
-// KeepAlive goroutine's own timer-driven transition).
+// KeepAlive loop's own timer-driven transition).
 func (s *Session) loopState() State {
 	s.mu.Lock()
 	var lapsed []*Lock

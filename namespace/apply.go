@@ -98,17 +98,20 @@ func thenOf(op Op) []Grant {
 	return nil
 }
 
-// handOver tries each grant whose lock the command just freed (it is in
-// res.Freed), as an Acquire of the grant's caller at the command's time,
-// and records the outcomes in res.Handed. A grant that succeeds takes its
-// lock out of res.Freed and adds its changes to res.Changes. The error is
-// a storage failure.
+// handOver tries each grant whose lock the command's own operation freed
+// (it is in res.Freed before any grant is tried), as an Acquire of the
+// grant's caller at the command's time, and records the outcomes in
+// res.Handed. Grants of one lock are tried in order, each as the Acquire it
+// stands for: the first takes the freed lock, a shared one behind a shared
+// one joins it at the same generation, anything else meets the lock held.
+// A lock that a grant took is taken out of res.Freed, and the grants'
+// changes are added to res.Changes. The error is a storage failure.
 // REQUIRES: the command's own operation succeeded.
 func (t *txn) handOver(at int64, grants []Grant, res *Result) error {
 	res.Handed = make([]Handed, len(grants))
+	freed := slices.Clone(res.Freed)
 	for i, g := range grants {
-		j := slices.IndexFunc(res.Freed, func(f FreedLock) bool { return f.Path == g.Path && !f.NodeDeleted })
-		if j < 0 {
+		if !slices.ContainsFunc(freed, func(f FreedLock) bool { return f.Path == g.Path && !f.NodeDeleted }) {
 			continue
 		}
 		writes, before := t.writes, t.ctr
@@ -132,7 +135,7 @@ func (t *txn) handOver(at int64, grants []Grant, res *Result) error {
 		}
 		h.Reply = sub.Reply.(*Granted)
 		res.Changes = append(res.Changes, sub.Changes...)
-		res.Freed = slices.Delete(res.Freed, j, j+1)
+		res.Freed = slices.DeleteFunc(res.Freed, func(f FreedLock) bool { return f.Path == g.Path && !f.NodeDeleted })
 	}
 	return nil
 }
@@ -689,8 +692,8 @@ func (a *applier) release(op *Release) (Reply, *api.Error, error) {
 	if op.Generation != n.LockGen {
 		return nil, api.Errorf(api.FailedPrecondition, "%s: stale release of generation %d; the lock is at %d", p, op.Generation, n.LockGen), nil
 	}
-	if len(op.Then) > 1 || len(op.Then) == 1 && op.Then[0].Path != string(p) {
-		return nil, api.Errorf(api.InvalidArgument, "a release hands its lock to at most one grant of the same path"), nil
+	if slices.ContainsFunc(op.Then, func(g Grant) bool { return g.Path != string(p) }) {
+		return nil, api.Errorf(api.InvalidArgument, "a release hands over only its own lock, not %s", firstOtherPath(op.Then, string(p))), nil
 	}
 
 	// Writes from here on.
@@ -713,6 +716,16 @@ func (a *applier) release(op *Release) (Reply, *api.Error, error) {
 		return nil, nil, err
 	}
 	return &Released{Freed: freed}, nil, nil
+}
+
+// firstOtherPath returns the path of the first grant not of path p.
+func firstOtherPath(grants []Grant, p string) string {
+	for _, g := range grants {
+		if g.Path != p {
+			return g.Path
+		}
+	}
+	return p
 }
 
 // contentsCheck applies the tenant's MaxContents to a file of size bytes.

@@ -188,9 +188,10 @@ type Acquire struct {
 // node, else PermissionDenied (the refusal does not reveal that the node
 // exists). Reply: *Released.
 //
-// Then, if not empty, is at most one Grant of the same Path: the lock's
-// next holder, tried in the same slot once the release has freed the lock
-// (InvalidArgument otherwise, and nothing changes).
+// Then, if not empty, holds Grants of the same Path only (InvalidArgument
+// otherwise, and nothing changes): the lock's next holder, or a run of
+// shared holders, tried in order in the same slot once the release has
+// freed the lock (see Grant).
 type Release struct {
 	Session    uint64  `msgpack:"s"`
 	Path       string  `msgpack:"p"`
@@ -206,8 +207,13 @@ type Release struct {
 // that operation freed the lock at Path (the lock went from held to free
 // and its node still exists): then it is exactly the Acquire{Session, Path,
 // Mode} that Caller would have proposed next, checked and applied as one
-// (ACL, session, lock-delay, quota), at the same time, with a generation
-// greater than any before. Otherwise it is not tried and changes nothing.
+// (ACL, session, lock-delay, quota), at the same time. Otherwise it is not
+// tried and changes nothing. Several grants of one lock are tried in
+// order, each as its own Acquire: the first to succeed takes the freed
+// lock with a generation greater than any before, and a shared grant
+// behind a shared one joins it at that generation, as it would have in a
+// slot of its own (a master hands a run of shared waiters over this way);
+// an exclusive grant behind a granted one meets the lock held (Locked).
 // Its outcome is reported in Result.Handed, never in the command's Err:
 // the freeing stands whether or not the grant succeeds.
 type Grant struct {

@@ -273,13 +273,19 @@ func (m *model) apply(cmd Command) Result {
 		grants = op.Then
 	}
 	if len(grants) > 0 {
-		// Each grant whose lock this command freed (and did not delete) is
-		// the Acquire its caller would have sent, at this command's time;
-		// one that takes its lock leaves the lock out of Freed.
+		// Each grant whose lock this command's own operation freed (and did
+		// not delete) is the Acquire its caller would have sent, at this
+		// command's time, in order; a lock that one of them takes is left
+		// out of Freed.
 		res.Handed = make([]Handed, len(grants))
+		freedPaths := map[string]bool{}
+		for _, f := range res.Freed {
+			if !f.NodeDeleted {
+				freedPaths[f.Path] = true
+			}
+		}
 		for i, g := range grants {
-			j := slices.IndexFunc(res.Freed, func(f FreedLock) bool { return f.Path == g.Path && !f.NodeDeleted })
-			if j < 0 {
+			if !freedPaths[g.Path] {
 				continue
 			}
 			sub := m.apply(Command{Time: cmd.Time, Caller: g.Caller, Op: &Acquire{Session: g.Session, Path: g.Path, Mode: g.Mode}})
@@ -287,7 +293,9 @@ func (m *model) apply(cmd Command) Result {
 			if sub.Err == nil {
 				res.Handed[i].Reply = sub.Reply.(*Granted)
 				res.Changes = append(res.Changes, sub.Changes...)
-				res.Freed = slices.Delete(res.Freed, j, j+1)
+				if j := slices.IndexFunc(res.Freed, func(f FreedLock) bool { return f.Path == g.Path && !f.NodeDeleted }); j >= 0 {
+					res.Freed = slices.Delete(res.Freed, j, j+1)
+				}
 			}
 		}
 	}
@@ -625,8 +633,10 @@ func (m *model) release(cmd Command, res *Result, op *Release) (Reply, *api.Erro
 	if op.Generation != n.lockGen {
 		return nil, mErr(api.FailedPrecondition)
 	}
-	if len(op.Then) > 1 || len(op.Then) == 1 && op.Then[0].Path != p {
-		return nil, mErr(api.InvalidArgument)
+	for _, g := range op.Then {
+		if g.Path != p {
+			return nil, mErr(api.InvalidArgument)
+		}
 	}
 	n.holders = slices.DeleteFunc(n.holders, func(h uint64) bool { return h == op.Session })
 	freed := len(n.holders) == 0

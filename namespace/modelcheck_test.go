@@ -143,6 +143,28 @@ func (g *gen) grant(path string) Grant {
 	return Grant{Caller: c, Session: sid, Path: path, Mode: mode}
 }
 
+// grantRun returns the grants a master attaches for the head of a lock's
+// queue: one grant, or now and then a run of shared ones (the shared
+// waiters at the head), perhaps with another grant behind them that no
+// master would attach (an exclusive one, which must meet the lock held).
+func (g *gen) grantRun(path string) []Grant {
+	if g.r.IntN(2) == 0 {
+		return []Grant{g.grant(path)}
+	}
+	var run []Grant
+	for k := 2 + g.r.IntN(3); k > 0; k-- {
+		gr := g.grant(path)
+		if gr.Mode != 7 || g.r.IntN(3) != 0 {
+			gr.Mode = api.LockShared
+		}
+		run = append(run, gr)
+	}
+	if g.r.IntN(5) == 0 {
+		run = append(run, g.grant(path))
+	}
+	return run
+}
+
 // heldLock returns a random lock some live session holds.
 func (g *gen) heldLock() (uint64, string, bool) {
 	var paths []string
@@ -239,7 +261,7 @@ func (g *gen) command() Command {
 		op := &CloseSession{Session: sid}
 		if g.r.IntN(2) == 0 {
 			for _, p := range g.m.sortedPaths(func(_ string, n *mNode) bool { return slices.Contains(n.holders, sid) }) {
-				op.Then = append(op.Then, g.grant(p))
+				op.Then = append(op.Then, g.grantRun(p)...)
 			}
 		}
 		cmd.Op = op
@@ -257,7 +279,7 @@ func (g *gen) command() Command {
 			// over to waiters, as the master does.
 			for _, p := range g.m.sortedPaths(func(_ string, n *mNode) bool { return slices.Contains(n.holders, sid) }) {
 				if g.r.IntN(4) != 0 {
-					op.Then = append(op.Then, g.grant(p))
+					op.Then = append(op.Then, g.grantRun(p)...)
 				}
 			}
 			if g.r.IntN(6) == 0 {
@@ -326,12 +348,12 @@ func (g *gen) command() Command {
 		op := &Release{Session: sid, Path: p, Generation: gen}
 		switch g.r.IntN(6) {
 		case 0, 1, 2:
-			op.Then = []Grant{g.grant(p)}
+			op.Then = g.grantRun(p)
 		case 3:
 			if g.r.IntN(4) == 0 {
 				op.Then = []Grant{g.grant(g.existing(g.caller(), true))}
 			} else if g.r.IntN(4) == 0 {
-				op.Then = []Grant{g.grant(p), g.grant(p)}
+				op.Then = append(g.grantRun(p), g.grant(g.existing(g.caller(), true)))
 			}
 		}
 		cmd.Op = op
@@ -386,9 +408,45 @@ func describe(c Command) string {
 }
 
 // modelHanded counts the grants (Release.Then, ExpireSession.Then) the
-// model-based test saw tried and succeed, so that TestModel can insist it
-// judged hand-overs at all.
-var modelHanded struct{ tried, granted int }
+// model-based test saw tried and succeed, and the runs (two or more grants
+// of one lock that succeeded in one command), so that TestModel can insist
+// it judged hand-overs, and hand-overs to runs of shared waiters, at all.
+var modelHanded struct{ tried, granted, runs int }
+
+// checkRuns checks the grants one command handed over, whatever the model
+// says: of each lock, the first grant that succeeded took it at a
+// generation greater than any before the command (genBefore, the last one
+// given), and any others that succeeded are shared grants that joined it at
+// that same generation, behind a shared first one.
+func checkRuns(res Result, genBefore uint64) string {
+	first := map[string]*Granted{}
+	count := map[string]int{}
+	for i, h := range res.Handed {
+		g := h.Reply
+		if g == nil {
+			continue
+		}
+		count[g.Path]++
+		f, ok := first[g.Path]
+		switch {
+		case !ok:
+			if g.Generation <= genBefore {
+				return fmt.Sprintf("grant %d took %s at generation %d, not above %d", i, g.Path, g.Generation, genBefore)
+			}
+			first[g.Path] = g
+		case g.Generation != f.Generation:
+			return fmt.Sprintf("grant %d of %s has generation %d; the run's first has %d", i, g.Path, g.Generation, f.Generation)
+		case g.Mode != api.LockShared || f.Mode != api.LockShared:
+			return fmt.Sprintf("grant %d of %s in mode %v granted beside one in mode %v", i, g.Path, g.Mode, f.Mode)
+		}
+	}
+	for _, n := range count {
+		if n > 1 {
+			modelHanded.runs++
+		}
+	}
+	return ""
+}
 
 // runModelSeq runs one random sequence of slots against a fresh store and a
 // fresh model and compares everything. It returns the store for further
@@ -431,6 +489,7 @@ func runModelSeq(t *testing.T, seed uint64, slots int) *env {
 		for j, c := range cmds {
 			history = append(history, describe(c))
 			var want Result
+			genBefore := m.lastGen
 			if dec, err := DecodeCommand(raws[j]); err != nil {
 				want = Result{Err: mErr(api.InvalidArgument)}
 			} else {
@@ -449,6 +508,9 @@ func runModelSeq(t *testing.T, seed uint64, slots int) *env {
 				if h.Reply != nil {
 					modelHanded.granted++
 				}
+			}
+			if d := checkRuns(got[j], genBefore); d != "" {
+				fail("slot %d command %d (%s): %s", e.slot, j, describe(c), d)
 			}
 		}
 		if i%25 == 24 || i == slots-1 {
@@ -816,13 +878,16 @@ func TestModel(t *testing.T) {
 	if seed == 0 {
 		seed = 1
 	}
-	modelHanded.tried, modelHanded.granted = 0, 0
+	modelHanded.tried, modelHanded.granted, modelHanded.runs = 0, 0, 0
 	for i := 0; i < seqs; i++ {
 		runModelSeq(t, seed+uint64(i), 30).close()
 	}
 	// Floors: the random sequences handed locks over, both ways.
-	t.Logf("grants tried %d, granted %d", modelHanded.tried, modelHanded.granted)
+	t.Logf("grants tried %d, granted %d; runs of shared grants %d", modelHanded.tried, modelHanded.granted, modelHanded.runs)
 	if modelHanded.tried < seqs/10 || modelHanded.granted < seqs/20 || modelHanded.tried == modelHanded.granted {
 		t.Errorf("only %d grants tried and %d granted in %d sequences", modelHanded.tried, modelHanded.granted, seqs)
+	}
+	if modelHanded.runs < seqs/20 {
+		t.Errorf("only %d runs of shared grants handed over in %d sequences", modelHanded.runs, seqs)
 	}
 }

@@ -318,7 +318,11 @@ func NewNode(cfg Config) (*Node, error) {
 			n.maxRound = e.Ballot.Round()
 		}
 	}
-	n.chosen = max(hs.Chosen, snap.Slot)
+	// Every slot the application applied was chosen. With AsyncWrites the
+	// write recording the chosen index may still have been in flight when
+	// a slot was applied (its entry was durable: see handLimit), so a
+	// crash can leave Applied above the stored index.
+	n.chosen = max(hs.Chosen, snap.Slot, cfg.Applied)
 	conf := Membership{Voters: slices.Clone(cfg.Replicas)}
 	if snap.Members != nil {
 		if err := snap.Members.validate(); err != nil {
@@ -329,7 +333,7 @@ func NewNode(cfg Config) (*Node, error) {
 	for s := snap.Slot + 1; s <= n.chosen; s++ {
 		e, ok := n.log[s]
 		if !ok {
-			return nil, fmt.Errorf("paxos: storage claims slot %d chosen but holds no entry for it", s)
+			return nil, fmt.Errorf("paxos: slot %d is chosen (stored chosen index %d, applied %d) but storage holds no entry for it", s, hs.Chosen, cfg.Applied)
 		}
 		if c := confOf(e); c != nil {
 			conf = c.clone()

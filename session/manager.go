@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -216,6 +217,10 @@ func (m *Manager) Start(failover bool, existing []ID) error {
 	}
 	now := m.clock.Now()
 	end := now.Add(m.cfg.MaxLease)
+	if len(m.mu.sessions) == 0 {
+		m.mu.sessions = make(map[ID]*sess, len(existing))
+	}
+	m.mu.leases = slices.Grow(m.mu.leases, len(existing))
 	for _, id := range existing {
 		s := &sess{id: id, leaseEnd: end}
 		if failover {
