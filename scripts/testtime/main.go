@@ -148,6 +148,7 @@ func measure(pkg, dir, bin, logPath string) (record, []record, error) {
 	}
 	pid := cmd.Process.Pid
 	running := map[string]bool{}
+	started := map[string]time.Time{}
 	charged := map[string]float64{}
 	last := 0.0
 	charge := func() {
@@ -173,10 +174,18 @@ func measure(pkg, dir, bin, logPath string) (record, []record, error) {
 			} else {
 				running[m[2]] = true
 			}
+			if m[1] != "PAUSE" {
+				started[m[2]] = time.Now() // a parallel test counts from its CONT
+			}
 		} else if m := doneRe.FindStringSubmatch(line); m != nil && !strings.Contains(m[2], "/") {
 			charge()
 			delete(running, m[2])
+			// A parallel test whose subtests are parallel reports only its
+			// own function's time; count until its subtests ended.
 			e, _ := strconv.ParseFloat(m[3], 64)
+			if t0, ok := started[m[2]]; ok {
+				e = max(e, time.Since(t0).Seconds())
+			}
 			tests = append(tests, record{Pkg: pkg, Test: m[2], Result: m[1], Elapsed: e, CPU: charged[m[2]]})
 		}
 	}
