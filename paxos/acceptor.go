@@ -112,6 +112,17 @@ func (n *Node) onAccept(m Message) {
 			// our promise is the chosen one, so acknowledging is sound.
 			continue
 		}
+		if old, ok := n.log[e.Slot]; ok && old.Ballot == e.Ballot && old.Value.equal(e.Value) {
+			// A retransmission (a heartbeat that left before our Accepted
+			// reached the leader) of what we already accepted: our copy is
+			// durable, queued for the next Ready or in a write still in
+			// flight, and writes are carried out in order. This Accepted
+			// depends on persistence like the first, so it leaves only once
+			// the latest synced write, which holds that copy or follows it,
+			// is durable. Writing the same entry again would only cost an
+			// fsync the next command waits behind.
+			continue
+		}
 		n.setLog(e)
 	}
 	n.learnCommitted(m)
