@@ -27,17 +27,33 @@ var flagCycles = flag.Int("celltest.cycles", 20, "TestLightLoadCycle's number of
 // the disk are those of a LAN and an SSD (L = 100 µs, S = 500 µs), the
 // tick is 10 ms.
 //
-// One known cost is allowed to a single cycle, not to the average: a
-// heartbeat that leaves while the followers are still writing a command's
-// Accept carries that Accept again (the leader has no acknowledgement yet),
-// and each follower writes it a second time, with an fsync, before it
-// reads the next command's Accept; that cycle takes up to S + 2L more.
+// A heartbeat that leaves while the followers are still writing a
+// command's Accept carries that Accept again (the leader has no
+// acknowledgement yet); a follower that already holds the entry does not
+// write it a second time, so the next command's Accept never waits behind
+// an extra fsync and every cycle stays on the critical path.
 //
 // bench/scripts/cpu-per-command.sh runs it under callgrind at two values
 // of -celltest.cycles for the whole cell's instructions per cycle: the
 // cell runs on synctest's clock, so callgrind's slowness changes no lease
 // and no count.
 func TestLightLoadCycle(t *testing.T) {
+	lightLoadCycles(t, *flagCycles, 0)
+}
+
+// TestLightLoadCycleHeartbeatEveryTick runs TestLightLoadCycle's cycles
+// with a heartbeat on every tick, so that many of them leave while the
+// followers are still writing an Accept and carry it again: a follower
+// that wrote the retransmitted entry a second time, with an fsync, would
+// make the next command wait S + 2L more, and the cycle exceed the
+// critical path.
+func TestLightLoadCycleHeartbeatEveryTick(t *testing.T) {
+	lightLoadCycles(t, 60, 1)
+}
+
+// lightLoadCycles runs n judged acquire+release cycles on a fresh cell
+// whose leader heartbeats every heartbeatTicks ticks (0: the default).
+func lightLoadCycles(t *testing.T, n, heartbeatTicks int) {
 	const (
 		latency = 100 * time.Microsecond
 		fsync   = 500 * time.Microsecond
@@ -45,17 +61,17 @@ func TestLightLoadCycle(t *testing.T) {
 		// (it is well below one latency, and a tick is 10 ms).
 		want  = 8*latency + 2*fsync
 		slack = latency / 2
-		// worst is what one cycle may take if it meets a heartbeat.
-		worst = want + fsync + 2*latency + slack
 	)
-	n := *flagCycles
 	if n < 1 {
-		t.Fatalf("-celltest.cycles=%d: no cycle to judge", n)
+		t.Fatalf("%d cycles: no cycle to judge (-celltest.cycles)", n)
 	}
 	synctest.Test(t, func(t *testing.T) {
 		c := celltest.Start(t, celltest.Options{
 			Latency: latency,
-			Tune:    func(cfg *cell.Config) { cfg.SyncDelay = fsync },
+			Tune: func(cfg *cell.Config) {
+				cfg.SyncDelay = fsync
+				cfg.HeartbeatTicks = heartbeatTicks
+			},
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n+60)*time.Second)
 		defer cancel()
@@ -85,7 +101,7 @@ func TestLightLoadCycle(t *testing.T) {
 			t.Fatal("no master after the warm-up cycle")
 		}
 		var worstAcq, worstRel, total time.Duration
-		judged, slow := 0, 0
+		judged := 0
 		for i := 0; i < n; i++ {
 			// Some cycles start right after the previous one, others at
 			// another phase of the replicas' ticks.
@@ -98,12 +114,8 @@ func TestLightLoadCycle(t *testing.T) {
 			worstAcq, worstRel = max(worstAcq, acq), max(worstRel, rel)
 			total += acq + rel
 			if acq+rel > want+slack {
-				slow++
-				t.Logf("cycle %d took %v (acquire %v, release %v) of simulated time", i, acq+rel, acq, rel)
-			}
-			if acq+rel > worst {
-				t.Errorf("cycle %d took %v (acquire %v, release %v) of simulated time; the critical path is %v (8 one-way latencies of %v and 2 fsyncs of %v), %v with a heartbeat's extra fsync",
-					i, acq+rel, acq, rel, want, latency, fsync, worst)
+				t.Errorf("cycle %d took %v (acquire %v, release %v) of simulated time; the critical path is %v (8 one-way latencies of %v and 2 fsyncs of %v)",
+					i, acq+rel, acq, rel, want, latency, fsync)
 			}
 			if slots != 2 {
 				t.Errorf("cycle %d took %d slots, want 2 (one per command)", i, slots)
@@ -114,8 +126,8 @@ func TestLightLoadCycle(t *testing.T) {
 			t.Fatalf("judged %d cycles, want %d", judged, n)
 		}
 		avg := total / time.Duration(n)
-		t.Logf("%d cycles: %v per cycle on average (critical path %v), %d longer; worst acquire %v, worst release %v",
-			n, avg, want, slow, worstAcq, worstRel)
+		t.Logf("%d cycles: %v per cycle on average (critical path %v); worst acquire %v, worst release %v",
+			n, avg, want, worstAcq, worstRel)
 		if avg > want+slack {
 			t.Errorf("a cycle took %v of simulated time on average; the critical path is %v", avg, want)
 		}
