@@ -1,27 +1,37 @@
 package client_test
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
 )
 
 // TestCacheConsistent: a caching session reads a file, another session
 // writes it, and the caching session's next read sees the write (the
 // master invalidated the cache before the write completed); a read after
-// one's own write sees it.
+// one's own write sees it. It runs on celltest in simulated time.
 func TestCacheConsistent(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 30*time.Second)
-	cfg := tc.config(t, "cacher")
+	synctest.Test(t, testCacheConsistent)
+}
+
+func testCacheConsistent(t *testing.T) {
+	tc := celltest.Start(t, celltest.Options{Replicas: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := tc.ClientConfig("", "cacher")
 	cfg.Cache = true
-	c := tc.dial(t, ctx, cfg)
-	a, err := c.NewSession(ctx)
+	a, err := tc.Dial(ctx, cfg).NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := tc.session(t, ctx, "writer")
+	b, err := tc.Dial(ctx, tc.ClientConfig("", "writer")).NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ha, err := a.Open(ctx, "/t/cached", client.OpenOptions{Create: true, Contents: []byte("v1")})
 	if err != nil {
 		t.Fatal(err)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/transport"
 )
@@ -17,11 +19,17 @@ import (
 // it open for them, and once they are over (and the writers stopped)
 // every such connection is closed: draining leaks nothing. It waits, in
 // bounded steps, for the retired connections to close (each closes within
-// the drain grace at the latest, or when its last call ends).
+// the drain grace at the latest, or when its last call ends). It runs on
+// celltest in simulated time.
 func TestRedirectDrainsThenCloses(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 60*time.Second)
-	c := tc.dial(t, ctx, tc.config(t, "alice"))
+	synctest.Test(t, testRedirectDrainsThenCloses)
+}
+
+func testRedirectDrainsThenCloses(t *testing.T) {
+	tc := celltest.Start(t, celltest.Options{Replicas: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := tc.Dial(ctx, tc.ClientConfig("", "alice"))
 	var dmu sync.Mutex
 	var retired []*transport.ClientConn
 	client.OnDrain(c, func(cc *transport.ClientConn) {

@@ -3,20 +3,34 @@ package client_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
 )
 
 // TestCloseKeepsOtherHandlesEvents opens handles on one node in one
 // session, two subscribed to its events and one not, closes all but one,
-// and checks that the session still gets the node's events.
+// and checks that the session still gets the node's events. It runs on
+// celltest in simulated time.
 func TestCloseKeepsOtherHandlesEvents(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 60*time.Second)
-	s := tc.session(t, ctx, "watcher")
-	w := tc.session(t, ctx, "writer")
+	synctest.Test(t, testCloseKeepsOtherHandlesEvents)
+}
+
+func testCloseKeepsOtherHandlesEvents(t *testing.T) {
+	tc := celltest.Start(t, celltest.Options{Replicas: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := tc.Dial(ctx, tc.ClientConfig("", "watcher")).NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := tc.Dial(ctx, tc.ClientConfig("", "writer")).NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := client.OpenOptions{Create: true, Events: api.WantContentsModified}
 	h1, err := s.Open(ctx, "/t/ev", opts)
 	if err != nil {
