@@ -1,7 +1,6 @@
 package paxos
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 )
@@ -72,18 +71,7 @@ func (v Value) IsNoop() bool { return len(v.Cmds) == 0 && v.Conf == nil }
 // equal reports whether v and o hold the same commands and the same
 // membership change.
 func (v Value) equal(o Value) bool {
-	if len(v.Cmds) != len(o.Cmds) || (v.Conf == nil) != (o.Conf == nil) {
-		return false
-	}
-	if v.Conf != nil && (!v.Conf.equal(*o.Conf) || v.Conf.Index != o.Conf.Index) {
-		return false
-	}
-	for i, c := range v.Cmds {
-		if c.ID != o.Cmds[i].ID || !bytes.Equal(c.Data, o.Cmds[i].Data) {
-			return false
-		}
-	}
-	return true
+	return sameValue(v, o) && (v.Conf == nil || v.Conf.Index == o.Conf.Index)
 }
 
 // Entry is a value accepted by an acceptor in a slot, at a ballot.
