@@ -27,7 +27,9 @@
 // no particular link: any message from a peer that is ahead (a heartbeat,
 // a refused pre-vote, a rebuild answer) starts a fetch, and a fetch left
 // unanswered for HeartbeatTicks is retried on the replica's own clock with
-// the next peer in turn (learner.go). So a deposed leader or a follower
+// the next peer in turn (learner.go); a replica that does not vote (a
+// learner, a rebuilding replica) and hears no peer for ElectionTicks asks
+// one, in turn, unprompted. So a deposed leader or a follower
 // that missed chosen slots learns them in an idle cell, over whichever
 // links still work.
 //

@@ -133,3 +133,21 @@ func TestSimulationIdleCatchUp(t *testing.T) {
 	}
 	t.Logf("%d seeds, %d judged (a replica behind at heal), all caught up while idle", seeds, judged)
 }
+
+// TestIdleCatchUpQuietNonVoter replays idle seeds in which a replica that
+// does not vote was cut off from the leader alone and heard nobody after
+// the heal: a learner that had not yet learned the change that made it a
+// member (seed 11961) and a rebuilding replica (seed 13391). Each must ask
+// a peer for chosen values on its own clock (tickQuiet) and catch up.
+func TestIdleCatchUpQuietNonVoter(t *testing.T) {
+	for _, seed := range []int64{11961, 13391} {
+		s := newSim(t, seed, paramsForSeed(seed))
+		judged, err := s.runIdle(seed%2 == 1)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if !judged {
+			t.Fatalf("seed %d had no replica behind at heal: it no longer judges a quiet non-voter", seed)
+		}
+	}
+}

@@ -79,6 +79,30 @@ func (n *Node) learnLost() {
 	n.maybeLearn(n.learnAsked, ahead)
 }
 
+// tickQuiet lets a replica that does not vote (a learner, a rebuilding
+// replica, or one that has not yet learned the membership that made it a
+// member) fetch chosen values
+// when it hears no peer for ElectionTicks. A voter would campaign and be
+// told by a refusing peer that it is behind; a learner cut off from the
+// leader alone, in an idle cell, would otherwise never hear that it missed
+// anything, and so never learn the change that makes it a voter. It asks
+// the next peer in turn, one request per ElectionTicks; a peer that is not
+// ahead ignores it.
+func (n *Node) tickQuiet() {
+	n.quiet++
+	if n.quiet < n.cfg.ElectionTicks || n.learnWait > 0 {
+		return
+	}
+	n.quiet = 0
+	peer := n.nextLearnPeer()
+	if peer == 0 || peer == n.id {
+		return
+	}
+	n.learnWait = n.cfg.HeartbeatTicks
+	n.learnAsked = peer
+	n.send(Message{Type: MsgLearnReq, To: peer, Slot: n.chosen + 1})
+}
+
 // nextLearnPeer returns the peer after learnAsked in replica order,
 // skipping this replica. Whether that peer is ahead is not known in an
 // idle cell (a follower hears only the master), so every peer gets its

@@ -214,6 +214,10 @@ type Node struct {
 	// the next peer in turn instead (see learner.go).
 	learnAsked  ID
 	learnMissed int
+	// quiet counts the ticks since a peer's message last arrived; a replica
+	// that does not vote asks a peer for chosen values once it reaches
+	// ElectionTicks (learner.go, tickQuiet).
+	quiet int
 	// peerCommit holds, per replica index, the chosen index the peer's
 	// latest message carried.
 	peerCommit []Slot
@@ -391,10 +395,14 @@ func (n *Node) Tick() {
 		if n.rb != nil {
 			n.tickRebuild()
 			n.advanceRebuild()
+			n.tickQuiet()
 			break
 		}
 		if !n.voting() {
-			break // a learner, or no longer a member: it never campaigns
+			// A learner, or no longer a member: it never campaigns, but it
+			// must not stay behind for want of a message.
+			n.tickQuiet()
+			break
 		}
 		n.electionElapsed++
 		switch {
@@ -440,6 +448,7 @@ func (n *Node) Step(m Message) error {
 		return fmt.Errorf("%w: Promise from %d echoes tick %d, this replica is at %d", ErrInvalidMessage, m.From, m.Tick, n.now)
 	}
 	n.peerCommit[n.addPeer(m.From)] = m.Commit
+	n.quiet = 0
 	if r := m.Ballot.Round(); r > n.maxRound {
 		n.maxRound = r
 	}
