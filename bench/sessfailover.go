@@ -35,25 +35,11 @@ func runSessionsFailover(ctx context.Context, d Driver, cfg Config, r *Result) e
 	if err != nil {
 		return fmt.Errorf("bench: cluster not healthy before fail-over: %w", err)
 	}
-	cfg.Live.SetPhase(fmt.Sprintf("%s sessions-failover: opening %d", d.Name(), cfg.Sessions))
-	t0 := time.Now()
-	set, err := d.OpenSessions(ctx, "bench", cfg.Sessions, func(n int) {
-		if cfg.Live != nil {
-			cfg.Live.Ops.Store(uint64(n))
-		}
-	})
+	set, closeSet, err := openSessions(ctx, d, cfg, r, "sessions-failover")
 	if err != nil {
 		return err
 	}
-	openTime := time.Since(t0)
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		_ = set.Close(cctx)
-	}()
-	r.Ops = uint64(cfg.Sessions)
-	r.Unit = "sessions opened/s"
-	r.Throughput = float64(cfg.Sessions) / openTime.Seconds()
+	defer closeSet()
 	// Let the opening burst settle (every session's KeepAlives in step).
 	cfg.Live.SetPhase(fmt.Sprintf("%s sessions-failover: holding %d", d.Name(), cfg.Sessions))
 	pause(ctx, max(cfg.Warmup*2, 5*time.Second))

@@ -661,25 +661,11 @@ func runSessions(ctx context.Context, d Driver, cfg Config, r *Result) error {
 		r.Metrics[MetricIdleCPU] = round3(idleRate)
 	}
 	base, _ := ReadProcUsage(pids)
-	cfg.Live.SetPhase(fmt.Sprintf("%s sessions: opening %d", d.Name(), cfg.Sessions))
-	t0 := time.Now()
-	set, err := d.OpenSessions(ctx, "bench", cfg.Sessions, func(n int) {
-		if cfg.Live != nil {
-			cfg.Live.Ops.Store(uint64(n))
-		}
-	})
+	set, closeSet, err := openSessions(ctx, d, cfg, r, "sessions")
 	if err != nil {
 		return err
 	}
-	openTime := time.Since(t0)
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		_ = set.Close(cctx)
-	}()
-	r.Ops = uint64(cfg.Sessions)
-	r.Unit = "sessions opened/s"
-	r.Throughput = float64(cfg.Sessions) / openTime.Seconds()
+	defer closeSet()
 	// Let the opening burst settle before measuring the steady state.
 	pause(ctx, min(cfg.Warmup*2, 5*time.Second))
 	cfg.Live.SetPhase(fmt.Sprintf("%s sessions: holding %d", d.Name(), cfg.Sessions))
@@ -867,4 +853,29 @@ func runNoisy(ctx context.Context, d Driver, cfg Config, r *Result) error {
 	r.Metrics[MetricQuietFloodP99] = ms(floodH.Quantile(0.99))
 	r.Metrics[MetricNoisyOpsPerSecond] = round3(float64(nops) / half.Seconds())
 	return nil
+}
+
+// openSessions opens cfg.Sessions sessions for the workload named w (its
+// live phase says so), records the open rate in r, and returns the set
+// with the function that closes it.
+func openSessions(ctx context.Context, d Driver, cfg Config, r *Result, w string) (SessionSet, func(), error) {
+	cfg.Live.SetPhase(fmt.Sprintf("%s %s: opening %d", d.Name(), w, cfg.Sessions))
+	t0 := time.Now()
+	set, err := d.OpenSessions(ctx, "bench", cfg.Sessions, func(n int) {
+		if cfg.Live != nil {
+			cfg.Live.Ops.Store(uint64(n))
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	openTime := time.Since(t0)
+	r.Ops = uint64(cfg.Sessions)
+	r.Unit = "sessions opened/s"
+	r.Throughput = float64(cfg.Sessions) / openTime.Seconds()
+	return set, func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		_ = set.Close(cctx)
+	}, nil
 }
