@@ -89,27 +89,27 @@ func poke(ch chan struct{}) {
 // add hands a new session's state to the loop, which runs it at once.
 func (k *kaLoop) add(l *loop) {
 	k.start(l.s.c)
+	k.queue(k.wake, func() { k.mu.added = append(k.mu.added, l) })
+}
+
+// queue runs push under k.mu, unless the loop is closed, and then pokes
+// wake (the loop's or the sender's). Everything handed to the loop or its
+// sender from other goroutines goes through it.
+func (k *kaLoop) queue(wake chan struct{}, push func()) {
 	k.mu.Lock()
 	if k.mu.closed {
 		k.mu.Unlock()
 		return
 	}
-	k.mu.added = append(k.mu.added, l)
+	push()
 	k.mu.Unlock()
-	poke(k.wake)
+	poke(wake)
 }
 
 // kick asks for a KeepAlive of l now (Session.nudge), or, for a session
 // that ended, for its KeepAlives to be forgotten.
 func (k *kaLoop) kick(l *loop) {
-	k.mu.Lock()
-	if k.mu.closed {
-		k.mu.Unlock()
-		return
-	}
-	k.mu.kicked = append(k.mu.kicked, l)
-	k.mu.Unlock()
-	poke(k.wake)
+	k.queue(k.wake, func() { k.mu.kicked = append(k.mu.kicked, l) })
 }
 
 // post hands KeepAlive results to the loop.
@@ -117,14 +117,7 @@ func (k *kaLoop) post(rs []kaResult) {
 	if len(rs) == 0 {
 		return
 	}
-	k.mu.Lock()
-	if k.mu.closed {
-		k.mu.Unlock()
-		return
-	}
-	k.mu.results = append(k.mu.results, rs...)
-	k.mu.Unlock()
-	poke(k.wake)
+	k.queue(k.wake, func() { k.mu.results = append(k.mu.results, rs...) })
 }
 
 // fail reports kcs failed with err (except those given up: the loop made
@@ -147,14 +140,7 @@ func (k *kaLoop) resend(kcs []*kaCall) {
 	if len(kcs) == 0 {
 		return
 	}
-	k.mu.Lock()
-	if k.mu.closed {
-		k.mu.Unlock()
-		return
-	}
-	k.mu.outbox = append(k.mu.outbox, kcs...)
-	k.mu.Unlock()
-	poke(k.swake)
+	k.queue(k.swake, func() { k.mu.outbox = append(k.mu.outbox, kcs...) })
 }
 
 // watch has the loop told when lk ends, so that the sessions waiting for
@@ -170,14 +156,7 @@ func (k *kaLoop) watch(lk *lookup) {
 		case <-k.c.ctx.Done():
 			return
 		}
-		k.mu.Lock()
-		if k.mu.closed {
-			k.mu.Unlock()
-			return
-		}
-		k.mu.looks = append(k.mu.looks, lk)
-		k.mu.Unlock()
-		poke(k.wake)
+		k.queue(k.wake, func() { k.mu.looks = append(k.mu.looks, lk) })
 	}()
 }
 
