@@ -63,6 +63,9 @@ type fakeMaster struct {
 	// frames it served.
 	noBatch atomic.Bool
 	batches atomic.Int64
+	// noCreateBatch makes it answer MethodCreateSessions as a replica
+	// that predates it does ("unknown method").
+	noCreateBatch atomic.Bool
 
 	// Test goroutine only.
 	stash []*pending
@@ -187,6 +190,27 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 	case method == api.MethodCreateSession:
 		resp = &api.CreateSessionResponse{Session: 7, Epoch: m.epoch.Load(), LeaseTimeout: int64(m.lease), Principal: "p", Tenant: "t",
 			Cadence: int64(m.cadence)}
+		if m.parkCreate {
+			p := &pending{reply: make(chan any, 1)}
+			if park(p, m.creates) == nil {
+				return
+			}
+		}
+	case method == api.MethodCreateSessions:
+		if m.noCreateBatch.Load() {
+			m.refused.Add(1)
+			resp = &api.Error{Code: api.InvalidArgument, Msg: "unknown method " + method.String()}
+			break
+		}
+		var req api.CreateSessionsRequest
+		if err := f.Decode(&req); err != nil {
+			return
+		}
+		r := &api.CreateSessionsResponse{Epoch: m.epoch.Load(), Principal: "p", Tenant: "t", Cadence: int64(m.cadence)}
+		for i := range req.Count {
+			r.Sessions = append(r.Sessions, api.CreatedSession{Session: 7 + uint64(i), LeaseTimeout: int64(m.lease)})
+		}
+		resp = r
 		if m.parkCreate {
 			p := &pending{reply: make(chan any, 1)}
 			if park(p, m.creates) == nil {
