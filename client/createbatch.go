@@ -197,9 +197,12 @@ func (c *Client) openBatch(ctx context.Context, batch []*openWait) {
 	o := &c.opens
 	req := &api.CreateSessionsRequest{Count: len(batch), Token: c.cfg.Token}
 	var resp api.CreateSessionsResponse
-	o.calls.Add(1)
 	sent := c.cfg.clock.Now()
-	err := c.call(ctx, api.MethodCreateSessions, req, &resp)
+	err := errNoOpenBatch // the callers queued while the replica refused the method
+	if c.batchOpens() {
+		o.calls.Add(1)
+		err = c.call(ctx, api.MethodCreateSessions, req, &resp)
+	}
 	if err == nil && len(resp.Sessions) != len(batch) {
 		err = fmt.Errorf("client: %s: the master answered %d sessions for %d", api.MethodCreateSessions, len(resp.Sessions), len(batch))
 	}
