@@ -101,7 +101,9 @@ type Session struct {
 }
 
 // NewSession creates a session at the master and hands it to the client's
-// KeepAlive loop.
+// KeepAlive loop. NewSession calls made while another is waiting for the
+// master go together in one CreateSessions call (createbatch.go); each
+// session's lease is counted from when that call was sent.
 //
 // A master that sheds the CreateSession (api.ErrResourceExhausted with a
 // RetryAfter: the tenant's queue at the master is full, or its rate is
