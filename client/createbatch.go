@@ -74,6 +74,8 @@ type openResult struct {
 	// share is the batch's random fraction for a shed caller's pause
 	// (shedPause): the same for all its callers.
 	share float64
+	// progress: the call created a session (for this caller or another).
+	progress bool
 }
 
 // openBatch is a CreateSessions call in flight: live counts the callers
@@ -90,7 +92,9 @@ var errNoOpenBatch = errors.New("client: the replica does not know CreateSession
 // openOnce asks for one session in the next CreateSessions call (see
 // opener) and returns the send time of the call that created it, and the
 // call's share for a shed caller's pause (shedPause).
-func (c *Client) openOnce(ctx context.Context, resp *api.CreateSessionResponse) (monotime.Time, float64, error) {
+// progress reports that the call created some session: a caller shed
+// by such a call does not count it against ShedRetries.
+func (c *Client) openOnce(ctx context.Context, resp *api.CreateSessionResponse) (sent monotime.Time, share float64, progress bool, err error) {
 	o := &c.opens
 	w := &openWait{ctx: ctx, done: make(chan struct{})}
 	o.mu.Lock()
@@ -115,11 +119,11 @@ func (c *Client) openOnce(ctx context.Context, resp *api.CreateSessionResponse) 
 		default:
 			o.leaveLocked(w)
 			o.mu.Unlock()
-			return 0, 0, fmt.Errorf("client: %s: %w", api.MethodCreateSession, ctx.Err())
+			return 0, 0, false, fmt.Errorf("client: %s: %w", api.MethodCreateSession, ctx.Err())
 		}
 	}
 	*resp = w.res.resp
-	return w.res.sent, w.res.share, w.res.err
+	return w.res.sent, w.res.share, w.res.progress, w.res.err
 }
 
 // takeLocked takes the next call's callers off the queue (nil if none).
@@ -214,9 +218,13 @@ func (c *Client) openBatch(ctx context.Context, batch []*openWait) {
 	var orphans []uint64
 	var lease time.Duration
 	share := rand.Float64()
+	progress := false
+	for _, e := range resp.Sessions {
+		progress = progress || err == nil && e.Err == nil
+	}
 	o.mu.Lock()
 	for i, w := range batch {
-		r := openResult{sent: sent, err: err, share: share}
+		r := openResult{sent: sent, err: err, share: share, progress: progress}
 		if err == nil {
 			e := resp.Sessions[i]
 			if e.Err != nil {

@@ -295,10 +295,16 @@ func (c *Client) createSession(ctx context.Context, resp *api.CreateSessionRespo
 		if c.batchOpens() {
 			// Callers shed in one batch wait alike, so that they ask
 			// again together, in one batch.
-			sent, share, err = c.openOnce(ctx, resp)
+			var progress bool
+			sent, share, progress, err = c.openOnce(ctx, resp)
 			if errors.Is(err, errNoOpenBatch) {
 				retries-- // nothing was asked of the master
 				continue
+			}
+			if progress {
+				// Shed from a batch that made progress: a master that
+				// takes some of each batch is no reason to give up.
+				retries = min(retries, 0) - 1
 			}
 		} else {
 			if req == nil {
