@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/lockcell/lockcell/internal/invariants"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -185,6 +186,15 @@ func getFrameBuf() *frameBuf { return frameBufs.Get().(*frameBuf) }
 func putFrameBuf(fb *frameBuf) {
 	if cap(fb.b) > maxPooledFrameBuf {
 		return
+	}
+	if invariants.Enabled {
+		// Poisoned with msgpack's reserved byte: a frame written from a
+		// buffer after it went back is refused by its reader (a length
+		// far over any limit, a body that is not msgpack).
+		b := fb.b[:cap(fb.b)]
+		for i := range b {
+			b[i] = 0xc1
+		}
 	}
 	fb.b = fb.b[:0]
 	frameBufs.Put(fb)
