@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
 	"testing"
 	"time"
 
@@ -27,7 +28,21 @@ func startSimCell(t testing.TB, n int, tune func(*cell.Config)) *celltest.Cell {
 // simConfig is tc.ClientConfig for principal of tenant t with the test
 // timings of testCell.config (grace period, handshake and idle timeouts).
 func simConfig(tc *celltest.Cell, principal string) client.Config {
-	cfg := tc.ClientConfig("", principal)
+	return withTestTimings(tc.ClientConfig("", principal))
+}
+
+// simConfigWith is simConfig for the holder of cert.
+func simConfigWith(tc *celltest.Cell, cert tls.Certificate) client.Config {
+	return withTestTimings(client.Config{
+		Addrs:       tc.Addrs(),
+		CA:          tc.CAPool(),
+		Certificate: &cert,
+		Logger:      quietLogger(),
+		PacketConn:  tc.PacketConn,
+	})
+}
+
+func withTestTimings(cfg client.Config) client.Config {
 	cfg.GracePeriod = 3 * time.Second
 	cfg.HandshakeTimeout = 300 * time.Millisecond
 	cfg.IdleTimeout = time.Second
