@@ -138,7 +138,10 @@ func (c *lockCtx) String() string {
 
 // Acquire takes the node's lock in mode, waiting in the lock's FIFO queue
 // at the master until it is granted or ctx ends. A cancelled Acquire leaves
-// no waiter and no grant behind. It returns ctx's error, api errors such as
+// no waiter and no grant behind; if the master changes at that moment, a
+// grant it got may stand until the session learns of the new master,
+// which it then gives back (unless a later Acquire of the session took it
+// over: see orphanGrants). It returns ctx's error, api errors such as
 // api.ErrNotFound, and the session's errors.
 func (h *Handle) Acquire(ctx context.Context, mode api.LockMode) (*Lock, error) {
 	return h.acquire(ctx, mode, true)
@@ -180,9 +183,12 @@ func (h *Handle) acquire(ctx context.Context, mode api.LockMode, wait bool) (*Lo
 		}
 		return false, nil
 	}
-	var sentAt uint64 // the epoch of the last attempt
+	var (
+		sent   bool   // an attempt was made
+		sentAt uint64 // the epoch of the last attempt
+	)
 	err = h.s.callWith(ctx, api.MethodAcquire, func(hd api.Header) any {
-		sentAt = hd.Epoch
+		sent, sentAt = true, hd.Epoch
 		return &api.AcquireRequest{Header: hd, Handle: h.h, Mode: mode, Wait: wait}
 	}, &resp, held)
 	if errors.Is(err, api.ErrFailedPrecondition) {
@@ -197,7 +203,7 @@ func (h *Handle) acquire(ctx context.Context, mode api.LockMode, wait bool) (*Lo
 			"session", h.s.id, "path", h.h.Path, "generation", resp.Generation)
 	}
 	if err != nil {
-		if ctx.Err() != nil && wait {
+		if ctx.Err() != nil && sent {
 			// The grant may have raced with the cancellation and its reply
 			// been lost with the stream, or it may be in Paxos still, to be
 			// applied under the next master: look now, and again once a

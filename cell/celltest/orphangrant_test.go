@@ -27,6 +27,9 @@ import (
 const (
 	orphanRounds = 16
 	orphanStep   = 150 * time.Microsecond
+	// orphanCrashAfter is how long after the cancel the master crashes in
+	// the rounds where it crashes instead of stepping down.
+	orphanCrashAfter = 700 * time.Microsecond
 	// orphanSettle bounds how long the lock may stay held after the new
 	// master serves: the waiter's session learns the new epoch and gives
 	// the grant back within round trips; the probe looks this long.
@@ -35,7 +38,8 @@ const (
 
 // TestCancelledAcquireAcrossFailover: after each round the lock is free
 // again (a third session takes it with TryLock), whatever the moment of
-// the cancel. It must have judged rounds where the grant was really left
+// the cancel, after a step-down or (every fourth round) a crash of the
+// master. It must have judged rounds where the grant was really left
 // behind: the waiter's client logged giving one back at least once.
 func TestCancelledAcquireAcrossFailover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -44,7 +48,8 @@ func TestCancelledAcquireAcrossFailover(t *testing.T) {
 		for round := 0; round < orphanRounds; round++ {
 			path := fmt.Sprintf("/t/orphan%d", round)
 			offset := time.Duration(round) * orphanStep
-			out := w.cancelRound(t, path, offset, nil)
+			// Every fourth round the master crashes instead.
+			out := w.cancelRound(t, path, offset, round%4 == 3, nil)
 			if out.cancelled {
 				cancelled++
 			}
@@ -91,7 +96,7 @@ func TestReacquireAfterCancelledAcquireKept(t *testing.T) {
 					return h2
 				}
 			}
-			out := w.cancelRound(t, path, offset, via)
+			out := w.cancelRound(t, path, offset, false, via)
 			if out.again == nil {
 				continue // the first Acquire won: nothing to judge
 			}
@@ -175,11 +180,12 @@ type roundOutcome struct {
 
 // cancelRound has the holder take path's lock and the waiter queue for it
 // through a handle; then the holder releases it, offset later the waiter
-// cancels, and the master steps down. If via is set, the waiter's session
+// cancels, and the master steps down (or, with crash, crashes, to be
+// restarted once the next master serves). If via is set, the waiter's session
 // acquires the lock again right after the cancel, through the handle via
 // returns (given the first), and that Acquire's lock is returned. A waiter
 // granted the lock before its cancel releases it.
-func (w *orphanWorld) cancelRound(t *testing.T, path string, offset time.Duration, via func(*client.Handle) *client.Handle) roundOutcome {
+func (w *orphanWorld) cancelRound(t *testing.T, path string, offset time.Duration, crash bool, via func(*client.Handle) *client.Handle) roundOutcome {
 	t.Helper()
 	ctx := w.ctx
 	old, err := w.c.WaitMaster(ctx)
@@ -221,11 +227,19 @@ func (w *orphanWorld) cancelRound(t *testing.T, path string, offset time.Duratio
 			second <- result{l, err}
 		}()
 	}
-	if err := old.StepDown(ctx, 0); err != nil {
+	if crash {
+		// Late enough that the grant may be chosen and the old master's
+		// own give-back not yet.
+		time.Sleep(orphanCrashAfter)
+		w.c.Crash(old.ID())
+	} else if err := old.StepDown(ctx, 0); err != nil {
 		t.Fatalf("%s: StepDown at %d: %v", path, old.ID(), err)
 	}
 	if _, err := w.c.WaitMaster(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if crash {
+		w.c.Restart(old.ID())
 	}
 	if err := <-released; err != nil {
 		// A Release whose reply was lost in the step-down: the retry
