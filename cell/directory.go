@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 
@@ -95,6 +96,40 @@ type directory struct {
 	Addrs map[uint64]string `msgpack:"a,omitempty"`
 	// Ever lists, sorted, every replica ID that was ever a member.
 	Ever []uint64 `msgpack:"e"`
+
+	// sum is the directory's checksum (see checksum), set when it is
+	// published.
+	sum uint64
+}
+
+// checksum hashes what the directory says, in a canonical order, for the
+// replicas to compare (compare.go): the membership (its index, voters and
+// learners), the addresses and the IDs ever used; not Slot, since the
+// comparison is made at equal slots. It is never zero (zero means "none"
+// in a progress report).
+func (d *directory) checksum() uint64 {
+	h := fnv.New64a()
+	var b []byte
+	num := func(v uint64) { b = binary.BigEndian.AppendUint64(b, v) }
+	ids := func(tag uint64, v []uint64) {
+		num(tag)
+		num(uint64(len(v)))
+		for _, id := range v {
+			num(id)
+		}
+	}
+	num(uint64(d.Members.Index))
+	ids(1, members(paxos.Membership{Voters: d.Members.Voters}))
+	ids(2, members(paxos.Membership{Learners: d.Members.Learners}))
+	ids(3, d.Ever)
+	num(4)
+	for _, id := range slices.Sorted(maps.Keys(d.Addrs)) {
+		num(id)
+		num(uint64(len(d.Addrs[id])))
+		b = append(b, d.Addrs[id]...)
+	}
+	h.Write(b)
+	return max(h.Sum64(), 1)
 }
 
 // newDirectory is the directory of a cell that never changed its

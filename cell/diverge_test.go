@@ -10,7 +10,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/lockcell/lockcell/cell"
+	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/client/operator"
 	"github.com/lockcell/lockcell/namespace"
 	"github.com/lockcell/lockcell/paxos"
 )
@@ -167,5 +169,73 @@ func TestReplicasCompareStateChecksums(t *testing.T) {
 		waitMetric("a mismatch counted by the healthy replicas", others, func(b string) bool {
 			return metricValue(b, "lockcell_state_checksum_mismatches_total") >= 1
 		})
+	})
+}
+
+// The replica directory (who votes, who learns, where each listens, which
+// IDs were ever used) is compared like the namespace: after a fourth
+// replica joins a three-replica cell (catching up by snapshot, so its
+// directory comes from the snapshot while the others derived theirs from
+// the log), every replica compares its directory with its peers' at equal
+// slots (the floor: five comparisons each, the new replica included) and
+// finds them equal.
+func TestReplicasCompareDirectories(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lc := simCell(t, 3, func(c *cell.Config) { c.SnapshotEvery = 50 })
+		ctx := testCtx(t, 4*time.Minute) // a hang guard, never a measure
+		c := lc.Dial(ctx, lc.ClientConfig("t", "app"))
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 120 { // past a snapshot, so the new replica installs one
+			if _, err := s.Open(ctx, fmt.Sprintf("/t/f%d", i), client.OpenOptions{Create: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lc.Join(4)
+		op := operator.New(lc.Dial(ctx, lc.ClientConfig("_cell", "admin")))
+		if _, err := op.AddReplica(ctx, 4, celltest.Addr(4)); err != nil {
+			t.Fatal(err)
+		}
+		ids := []uint64{1, 2, 3, 4}
+		counts := func(id uint64) (dirs, mismatches float64) {
+			r := lc.Replica(id)
+			if r == nil {
+				return 0, 0
+			}
+			b := r.MetricsText()
+			return metricValue(b, "lockcell_state_directory_comparisons_total"), metricValue(b, "lockcell_state_checksum_mismatches_total")
+		}
+		base := map[uint64]float64{}
+		for _, id := range ids {
+			base[id], _ = counts(id)
+		}
+		for {
+			done := true
+			for _, id := range ids {
+				dirs, mism := counts(id)
+				if mism != 0 {
+					t.Fatalf("replica %d counts %v mismatches after replica 4 joined", id, mism)
+				}
+				done = done && dirs-base[id] >= 5
+			}
+			if done {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				var got strings.Builder
+				for _, id := range ids {
+					dirs, _ := counts(id)
+					fmt.Fprintf(&got, " replica %d: %v;", id, dirs-base[id])
+				}
+				t.Fatalf("directories not compared five times on every replica (test context ended):%s", got.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if n := metricValue(lc.Replica(4).MetricsText(), "lockcell_snapshots_installed_total"); n == 0 {
+			t.Fatal("replica 4 caught up without a snapshot: its directory was not taken from one")
+		}
 	})
 }

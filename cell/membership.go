@@ -125,6 +125,7 @@ func newMembership(deps membershipDeps, logdb paxos.Storage, applied uint64) (*m
 
 // publish makes d the directory. Loop only.
 func (ms *membership) publish(d *directory) {
+	d.sum = d.checksum()
 	ms.dir = d
 	ms.cur.Store(d)
 }
@@ -136,6 +137,15 @@ func (ms *membership) view() *directory {
 		return nil
 	}
 	return ms.cur.Load()
+}
+
+// checksum returns the checksum of the directory as of the applied slot
+// (0 before the replica has loaded it).
+func (ms *membership) checksum() uint64 {
+	if d := ms.view(); d != nil {
+		return d.sum
+	}
+	return 0
 }
 
 // addrOf returns the address of replica id as this replica knows it, or "".

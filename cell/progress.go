@@ -49,6 +49,10 @@ type progressReport struct {
 	// (compare.go). Zero if unknown.
 	SumSlot uint64 `msgpack:"ss,omitempty"`
 	Sum     uint64 `msgpack:"cs,omitempty"`
+	// DirSum is the checksum of the sender's replica directory at SumSlot
+	// (directory.go). A binary older than the field sends none (zero),
+	// and its directory is then not compared.
+	DirSum uint64 `msgpack:"ds,omitempty"`
 	// Features are the command formats the sender's binary can apply
 	// (features.go). A binary older than the field sends none, and reads
 	// past it.
@@ -101,7 +105,7 @@ func (r *Replica) maybeReportProgress(now monotime.Time) {
 	}
 	st := r.Status()
 	rep := progressReport{Role: st.Role, Epoch: st.Epoch, Leader: st.Leader, Chosen: st.Chosen, Applied: st.Applied, Master: st.Master}
-	rep.SumSlot, rep.Sum = r.sums.latest()
+	rep.SumSlot, rep.Sum, rep.DirSum = r.sums.latest()
 	rep.Features = uint64(r.features())
 	if r.progress.sent != 0 && rep == r.progress.last && now.Sub(r.progress.sent) < progressIdleInterval {
 		return
@@ -122,7 +126,7 @@ func (r *Replica) stepProgress(from uint64, body func(any) error) {
 		return
 	}
 	r.progress.record(from, rep, monotime.Now())
-	r.sums.compare(r.log, r.cfg.ID, from, rep.SumSlot, rep.Sum)
+	r.sums.compare(r.log, r.cfg.ID, from, rep.SumSlot, rep.Sum, rep.DirSum)
 }
 
 // readiness says whether this replica is ready to be part of the cell: it

@@ -247,7 +247,7 @@ func (r *Replica) open(ctx context.Context) error {
 			return r.ep.Stats(), true
 		},
 	})
-	r.sums.record(r.ns.AppliedSlot(), r.ns.Checksum())
+	r.sums.record(r.ns.AppliedSlot(), r.ns.Checksum(), r.members.checksum())
 	r.reportLoss(&st)
 	peers := r.members.startPeers(st.Members)
 	r.ep, err = transport.Listen(ctx, transport.Config{
@@ -893,7 +893,7 @@ func (r *Replica) installSnapshot(snap paxos.Snapshot) error {
 	}
 	r.members.install(dir, snap)
 	r.lastSnap = uint64(snap.Slot)
-	r.sums.record(uint64(snap.Slot), r.ns.Checksum())
+	r.sums.record(uint64(snap.Slot), r.ns.Checksum(), r.members.checksum())
 	r.metrics.snapshotsInstalled.Inc()
 	r.log.Info("installed snapshot", "slot", snap.Slot)
 	return nil
@@ -931,7 +931,7 @@ func (r *Replica) apply(e paxos.Entry) ([]namespace.Result, error) {
 	} else if cellCmds {
 		results = spliceResults(e.Value.Cmds, results)
 	}
-	r.sums.record(uint64(e.Slot), r.ns.Checksum())
+	r.sums.record(uint64(e.Slot), r.ns.Checksum(), r.members.checksum())
 	r.metrics.batchSize.Observe(float64(len(cmds)))
 	return results, nil
 }
