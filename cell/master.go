@@ -185,6 +185,8 @@ func newMaster(d masterDeps, epoch uint64) (*master, error) {
 	}
 	m.wg.Add(1)
 	go m.expireLoop()
+	m.wg.Add(1)
+	go m.failoverProgress()
 	if d.maxExtension > 0 {
 		m.wg.Add(1)
 		go m.loadLoop()
@@ -244,6 +246,36 @@ func (m *master) expireLoop() {
 					m.deps.log.Warn("expiring session failed; the next master will decide again", "session", d.Session, "err", err)
 				}
 			})
+		}
+	}
+}
+
+// failoverProgressEvery is how often the master logs how far the sessions
+// it took over are with acknowledging their fail-over events.
+const failoverProgressEvery = time.Second
+
+// failoverProgress logs, every failoverProgressEvery until every session
+// the master took over acknowledged its fail-over event or expired, how
+// many are still pending, and then how long that took: the record of a
+// fail-over's KeepAlive storm.
+func (m *master) failoverProgress() {
+	defer m.wg.Done()
+	start := time.Now()
+	t := time.NewTicker(failoverProgressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.sessions.FailoverDone():
+			st := m.sessions.Stats()
+			m.deps.log.Info("fail-over done: every session taken over acknowledged or expired",
+				"after", time.Since(start), "sessions", st.Sessions, "expiries", st.Expiries)
+			return
+		case <-t.C:
+			st := m.sessions.Stats()
+			m.deps.log.Info("fail-over in progress", "after", time.Since(start), "pending", st.FailoverPending,
+				"sessions", st.Sessions, "parked", st.Parked, "keepalives", st.KeepAlives, "expiring", st.Expiring)
 		}
 	}
 }
