@@ -346,7 +346,9 @@ func (e *Endpoint) runHandler(ss *ServerStream) {
 	defer e.stats.clientStreams.Add(-1)
 	ctx, cancel := context.WithCancel(ss.conn.Context())
 	defer cancel()
-	ss.mu.home = ctx.Done()
+	ss.mu.Lock()
+	ss.mu.home = ctx.Done() // no stop: the AfterFunc below calls homeEnded
+	ss.mu.Unlock()
 	// The quic stream's context ends when its sending side is closed or
 	// reset, locally or by the client (STOP_SENDING). A client giving up
 	// on a long-poll must reach the handler; the handler's own CloseWrite
