@@ -89,6 +89,14 @@ type IdempotentRequest interface {
 // AlreadyExists although the first attempt created the node.
 func (r *OpenRequest) Idempotent() bool { return !r.MustCreate }
 
+// CountedRequest is implemented by the requests the master admits as
+// several calls of their method's admission class at once
+// (CreateSessionsRequest): Ops is how many.
+type CountedRequest interface {
+	// Ops returns how many calls the request counts as.
+	Ops() int
+}
+
 // MethodInfo describes one method for the cell and the client.
 type MethodInfo struct {
 	// Method is the method described.
@@ -128,6 +136,8 @@ var methodTable = []MethodInfo{
 		// A lost reply leaves at most an orphan session that expires on
 		// its own.
 		Idempotency: Idempotent},
+	// Like CreateSession: a lost reply leaves at most orphan sessions.
+	{Method: MethodCreateSessions, Admission: AdmitTenantWrite, NeedsMaster: true, Idempotency: Idempotent},
 	{Method: MethodKeepAlive, Admission: AdmitKeepAlive, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},
 	{Method: MethodKeepAliveStream, Admission: AdmitKeepAlive, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},
 	{Method: MethodKeepAliveBatch, Admission: AdmitKeepAlive, NeedsMaster: true, Idempotency: Idempotent, LongPoll: true},

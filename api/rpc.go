@@ -51,6 +51,7 @@ const (
 	MethodAddReplica
 	MethodRemoveReplica
 	MethodReplaceReplica
+	MethodCreateSessions
 
 	numMethods // keep last
 )
@@ -87,6 +88,7 @@ var methodNames = [...]string{
 	MethodAddReplica:         "AddReplica",
 	MethodRemoveReplica:      "RemoveReplica",
 	MethodReplaceReplica:     "ReplaceReplica",
+	MethodCreateSessions:     "CreateSessions",
 }
 
 // String returns the method's name, for example "Acquire".
@@ -185,6 +187,57 @@ type CreateSessionResponse struct {
 	// Cadence is KeepAliveResponse.Cadence, known before the first
 	// KeepAlive (nanoseconds; zero: none).
 	Cadence int64 `msgpack:"ca,omitempty"`
+}
+
+// MaxCreateSessions bounds CreateSessionsRequest.Count. It is the default
+// bound of a tenant's queue at the master (cell.DefaultTenantQueue), so
+// that a full batch of a tenant with nothing queued is not shed in part.
+const MaxCreateSessions = 256
+
+// CreateSessionsRequest opens Count sessions in one call, each exactly as a
+// CreateSession of its own would: the master admits the call as Count
+// tenant writes (a rate that allows only some of them creates those, and
+// the rest are shed with a RetryAfter), proposes Count commands together,
+// and each is held to the tenant's session quota in turn, so that a batch
+// that would pass the quota creates the sessions that fit and refuses the
+// rest. A Count outside 1..MaxCreateSessions is refused with
+// InvalidArgument and creates nothing. A replica that predates the method
+// answers it as an unknown method.
+type CreateSessionsRequest struct {
+	// Count is how many sessions to create.
+	Count int `msgpack:"n"`
+	// Token is CreateSessionRequest.Token.
+	Token string `msgpack:"tk,omitempty"`
+}
+
+// Credential returns the tenant token the request carries ("" for none).
+func (r CreateSessionsRequest) Credential() string { return r.Token }
+
+// Ops returns how many tenant writes the call counts as: Count.
+func (r CreateSessionsRequest) Ops() int { return r.Count }
+
+// CreateSessionsResponse answers CreateSessionsRequest: one entry per
+// session asked for, in the order the master created them. Epoch,
+// Principal, Tenant and Cadence are those of CreateSessionResponse, shared
+// by every session of the call.
+type CreateSessionsResponse struct {
+	Epoch     uint64 `msgpack:"e"`
+	Principal string `msgpack:"p"`
+	Tenant    string `msgpack:"t"`
+	Cadence   int64  `msgpack:"ca,omitempty"`
+	// Sessions has exactly Count entries.
+	Sessions []CreatedSession `msgpack:"ss"`
+}
+
+// CreatedSession is one entry of CreateSessionsResponse: a session
+// (Session and LeaseTimeout, as in CreateSessionResponse, the lease counted
+// from when the request was sent) or, if this one was not created, Err (a
+// shed entry's Err is ResourceExhausted with a RetryAfter, as a shed
+// CreateSession's would be).
+type CreatedSession struct {
+	Session      uint64 `msgpack:"s,omitempty"`
+	LeaseTimeout int64  `msgpack:"lt,omitempty"`
+	Err          *Error `msgpack:"err,omitempty"`
 }
 
 // KeepAliveRequest is the long-poll that keeps a session alive. Ack

@@ -38,12 +38,16 @@ const proposalBackoff = 20 * time.Millisecond
 // client library) rather than treat the replica as failing (Unavailable
 // makes a client drop its connection, and with it every session's
 // KeepAlives on it).
+// errCoreBusy sheds a command the Paxos core refused for want of room
+// (paxos.ErrBusy); it is one value, so that a handler can tell it apart.
+var errCoreBusy = api.RetryAfterError("the master's Paxos core has too many commands waiting for a slot; it is saturated", proposalBackoff)
+
 func (r *Replica) proposeError(err error) *api.Error {
 	switch {
 	case errors.Is(err, paxos.ErrNotLeader), errors.Is(err, paxos.ErrPreempted):
 		return r.notMaster()
 	case errors.Is(err, paxos.ErrBusy):
-		return api.RetryAfterError("the master's Paxos core has too many commands waiting for a slot; it is saturated", proposalBackoff)
+		return errCoreBusy
 	case errors.Is(err, paxos.ErrOutcomeUnknown):
 		return apiErr(api.Unavailable, "the command's outcome is unknown (its slot was covered by a snapshot); read before retrying")
 	}

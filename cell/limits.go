@@ -52,6 +52,20 @@ func (b *bucket) take(now monotime.Time, rate, burst float64) (ok bool, wait tim
 	return false, time.Duration((1 - b.tokens) / rate * float64(time.Second))
 }
 
+// takeUpTo takes as many of n tokens as the bucket holds at now (see
+// take), and reports how many it took; if fewer than n, wait is how long
+// until the next token.
+func (b *bucket) takeUpTo(now monotime.Time, rate, burst float64, n int) (took int, wait time.Duration) {
+	for took < n {
+		ok, w := b.take(now, rate, burst)
+		if !ok {
+			return took, w
+		}
+		took++
+	}
+	return took, 0
+}
+
 // tenantLimits is one tenant's master-side accounting.
 type tenantLimits struct {
 	quota      api.TenantQuota
@@ -157,6 +171,28 @@ func (l *limiter) allowOp(tenant string) error {
 		return api.RetryAfterError(fmt.Sprintf("tenant %q: quota ops_per_second (%d) exceeded", tenant, t.quota.OpsPerSecond), wait)
 	}
 	return nil
+}
+
+// allowOps charges up to n calls of tenant against its OpsPerSecond, as
+// n calls of allowOp would, and returns how many it let in; none let in is
+// the error allowOp returns. A call admitted as several (CreateSessions)
+// then sheds the rest with shed, which carries the wait until the next
+// token.
+func (l *limiter) allowOps(tenant string, n int) (granted int, shed error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenantLocked(tenant)
+	rate := float64(t.quota.OpsPerSecond)
+	granted, wait := t.ops.takeUpTo(l.d.now(), rate, rate, n)
+	if granted == n {
+		return n, nil
+	}
+	l.d.shed(tenant, "ops_per_second")
+	shed = api.RetryAfterError(fmt.Sprintf("tenant %q: quota ops_per_second (%d) exceeded", tenant, t.quota.OpsPerSecond), wait)
+	if granted == 0 {
+		return 0, shed
+	}
+	return granted, shed
 }
 
 // allowKeepAlive charges one KeepAlive of tenant against its budget.

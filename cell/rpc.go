@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -126,6 +127,11 @@ type rpcCall struct {
 	// tokenID names the token the caller authenticated with, if any.
 	tokenID string
 	m       *master // set by needMaster
+	// granted is how many calls admit let in of a request that counts as
+	// several (api.CountedRequest; 1 for any other), and shed the refusal
+	// of the rest (nil if none).
+	granted int
+	shed    error
 	// ctx is the request's context (the stream's).
 	ctx context.Context
 }
@@ -161,6 +167,7 @@ func with[Req any](fn func(ctx context.Context, c *rpcCall, req *Req) (any, erro
 var (
 	handlers = map[api.Method]handler{
 		api.MethodCreateSession:      with(handleCreateSession),
+		api.MethodCreateSessions:     with(handleCreateSessions),
 		api.MethodKeepAlive:          with(handleKeepAlive),
 		api.MethodCloseSession:       with(handleCloseSession),
 		api.MethodOpen:               with(handleOpen),
@@ -275,10 +282,22 @@ func (d *handlerDeps) serveStream(ctx context.Context, s *transport.ServerStream
 // that free resources are never refused for rate) or against its rate
 // (OpsPerSecond, every other class). Last, a method that needs the master
 // is refused with NotMaster on a replica that is not (see needMaster).
+//
+// A request that counts as several calls (api.CountedRequest) must count
+// as 1 to api.MaxCreateSessions of them, or it is refused with
+// InvalidArgument; it is charged as that many, and lets in as many as the
+// rate allows (c.granted; the rest are refused with c.shed).
 func (c *rpcCall) admit(req any) error {
 	if err := c.authenticate(req); err != nil {
 		return err
 	}
+	n := 1
+	if cr, ok := req.(api.CountedRequest); ok {
+		if n = cr.Ops(); n < 1 || n > api.MaxCreateSessions {
+			return errInvalid(fmt.Sprintf("%s asks for %d at once; it may ask for 1 to %d", c.method, n, api.MaxCreateSessions))
+		}
+	}
+	c.granted = n
 	if err := c.charge(); err != nil {
 		return err
 	}
@@ -312,6 +331,14 @@ func (c *rpcCall) charge() error {
 	}
 	if c.info.Admission == api.AdmitKeepAlive {
 		return m.lim.allowKeepAlive(c.caller.Tenant)
+	}
+	if c.granted > 1 {
+		granted, shed := m.lim.allowOps(c.caller.Tenant, c.granted)
+		if granted == 0 {
+			return shed
+		}
+		c.granted, c.shed = granted, shed
+		return nil
 	}
 	return m.lim.allowOp(c.caller.Tenant)
 }

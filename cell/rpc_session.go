@@ -2,6 +2,7 @@ package cell
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
@@ -24,6 +25,81 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 	}
 	return &api.CreateSessionResponse{Session: sc.Session, Epoch: m.epoch, LeaseTimeout: int64(lease), Principal: c.caller.Principal, Tenant: c.caller.Tenant,
 		Cadence: int64(max(c.d.ka.cadence, 0))}, nil
+}
+
+// handleCreateSessions creates the sessions of a CreateSessions call: one
+// CreateSession command for each the rate let in (admit), submitted
+// together so that they share a slot, each held to the tenant's session
+// quota in turn as it is applied. It answers once every command has its
+// outcome, each in its entry; if none created a session the call fails
+// with the first entry's error, so that a client treats it as it would a
+// failed CreateSession (a NotMaster redirects it, a shed one retries).
+func handleCreateSessions(ctx context.Context, c *rpcCall, req *api.CreateSessionsRequest) (any, error) {
+	m := c.m
+	resp := &api.CreateSessionsResponse{Epoch: m.epoch, Principal: c.caller.Principal, Tenant: c.caller.Tenant,
+		Cadence: int64(max(c.d.ka.cadence, 0)), Sessions: make([]api.CreatedSession, req.Count)}
+	k := c.granted
+	if k < req.Count {
+		shed := toAPIError(c.shed)
+		for i := k; i < req.Count; i++ {
+			resp.Sessions[i].Err = shed
+		}
+	}
+	// The commands' outcomes come on the run loop, in any order; the last
+	// one closes all.
+	var left atomic.Int64
+	left.Store(int64(k))
+	all := make(chan struct{})
+	op := &namespace.CreateSession{}
+	for i := range k {
+		e := &resp.Sessions[i]
+		c.d.submit(ctx, m, c.caller, op, func(res namespace.Result, err error) {
+			switch {
+			case err != nil:
+				e.Err = toAPIError(err)
+				if e.Err == errCoreBusy {
+					// A CreateSession of its own would be counted as a
+					// shed call; an entry is counted here.
+					c.d.metrics.shed(c.caller.Tenant, "paxos_busy")
+				}
+			case res.Err != nil:
+				e.Err = res.Err
+			default:
+				e.Session = res.Reply.(*namespace.SessionCreated).Session
+			}
+			if left.Add(-1) == 0 {
+				close(all)
+			}
+		})
+	}
+	select {
+	case <-all:
+	case <-ctx.Done():
+		// The sessions the commands may still create expire: nobody
+		// keeps them alive.
+		return nil, ctxError(ctx)
+	}
+	created := 0
+	for i := range resp.Sessions[:k] {
+		e := &resp.Sessions[i]
+		if e.Err != nil {
+			continue
+		}
+		if c.tokenID != "" {
+			m.owners.bindToken(e.Session, c.tokenID)
+		}
+		lease, err := m.sessions.Lease(session.ID(e.Session))
+		if err != nil {
+			e.Session, e.Err = 0, c.d.sessionError(err)
+			continue
+		}
+		e.LeaseTimeout = int64(lease)
+		created++
+	}
+	if created == 0 {
+		return nil, resp.Sessions[0].Err
+	}
+	return resp, nil
 }
 
 func handleKeepAlive(ctx context.Context, c *rpcCall, req *api.KeepAliveRequest) (any, error) {

@@ -94,6 +94,9 @@ type Client struct {
 	// ka runs the KeepAlive state machines of all the client's sessions
 	// (kaloop.go).
 	ka kaLoop
+	// opens joins concurrent NewSession calls into CreateSessions calls
+	// (createbatch.go).
+	opens opener
 }
 
 // Dial connects to the cell's master. It returns once it has reached a

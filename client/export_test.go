@@ -54,3 +54,21 @@ func Lookups(c *Client) (lookups, probes uint64, busy bool) {
 	defer c.mu.Unlock()
 	return c.mu.lookups, c.mu.probes, c.mu.look != nil
 }
+
+// QueuedOpens returns how many NewSession calls wait for the next
+// CreateSessions call (createbatch.go).
+func QueuedOpens(c *Client) int {
+	c.opens.mu.Lock()
+	defer c.opens.mu.Unlock()
+	return len(c.opens.mu.queue)
+}
+
+// OpenBatches returns how many CreateSessions calls the client sent.
+func OpenBatches(c *Client) uint64 { return c.opens.calls.Load() }
+
+// HeldSessions returns how many sessions the client holds.
+func HeldSessions(c *Client) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mu.sessions)
+}

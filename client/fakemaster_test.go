@@ -63,6 +63,14 @@ type fakeMaster struct {
 	// frames it served.
 	noBatch atomic.Bool
 	batches atomic.Int64
+	// noCreateBatch makes it answer MethodCreateSessions as a replica
+	// that predates it does ("unknown method").
+	noCreateBatch atomic.Bool
+	// sessions numbers the sessions of CreateSessions calls (from 7);
+	// closed lists the sessions CloseSession named.
+	sessions atomic.Uint64
+	mu       sync.Mutex
+	closed   []uint64
 
 	// Test goroutine only.
 	stash []*pending
@@ -82,6 +90,8 @@ type fakeOpts struct {
 type pending struct {
 	ka    api.KeepAliveRequest
 	reply chan any // a response value, or *api.Error
+	// count is a parked CreateSessions call's Count.
+	count int
 }
 
 func startFakeMaster(t *testing.T, lease time.Duration, parkCreate bool) *fakeMaster {
@@ -193,6 +203,27 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 				return
 			}
 		}
+	case method == api.MethodCreateSessions:
+		if m.noCreateBatch.Load() {
+			m.refused.Add(1)
+			resp = &api.Error{Code: api.InvalidArgument, Msg: "unknown method " + method.String()}
+			break
+		}
+		var req api.CreateSessionsRequest
+		if err := f.Decode(&req); err != nil {
+			return
+		}
+		r := &api.CreateSessionsResponse{Epoch: m.epoch.Load(), Principal: "p", Tenant: "t", Cadence: int64(m.cadence)}
+		for range req.Count {
+			r.Sessions = append(r.Sessions, api.CreatedSession{Session: 6 + m.sessions.Add(1), LeaseTimeout: int64(m.lease)})
+		}
+		resp = r
+		if m.parkCreate {
+			p := &pending{reply: make(chan any, 1), count: req.Count}
+			if park(p, m.creates) == nil {
+				return
+			}
+		}
 	case method == api.MethodKeepAlive:
 		p := &pending{reply: make(chan any, 1)}
 		if err := f.Decode(&p.ka); err != nil {
@@ -220,7 +251,16 @@ func (m *fakeMaster) serve(ctx context.Context, s *transport.ServerStream) {
 			break
 		}
 		resp = &api.SequencerResponse{Sequencer: b, Generation: gen, Mode: api.LockExclusive}
-	case method == api.MethodRelease || method == api.MethodCloseSession:
+	case method == api.MethodCloseSession:
+		var req api.CloseSessionRequest
+		if err := f.Decode(&req); err != nil {
+			return
+		}
+		m.mu.Lock()
+		m.closed = append(m.closed, req.Session)
+		m.mu.Unlock()
+		resp = &api.Empty{}
+	case method == api.MethodRelease:
 		resp = &api.Empty{}
 	default:
 		m.refused.Add(1)

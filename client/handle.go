@@ -50,7 +50,9 @@ type Handle struct {
 	cache  bool
 	events api.EventMask // what the handle subscribed to
 	closed atomic.Bool
-	lkmu   sync.Mutex // serializes Acquire/Release on this handle
+	// lk serializes Acquire and Release on this handle. It is held across
+	// their calls, so it is a chanLock, not a sync.Mutex (see chanLock).
+	lk chanLock
 }
 
 // subscriptions counts, per path, a session's open handles that subscribed
@@ -137,7 +139,7 @@ func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (
 	if err != nil {
 		return nil, OpenInfo{}, fmt.Errorf("open %s: %w", path, err)
 	}
-	handle = &Handle{s: s, h: resp.Handle, cache: caching, events: events}
+	handle = &Handle{s: s, h: resp.Handle, cache: caching, events: events, lk: newChanLock()}
 	return handle, OpenInfo{Stat: resp.Stat, Created: resp.Created}, nil
 }
 

@@ -98,6 +98,9 @@ type Session struct {
 		watch   map[string]map[chan struct{}]struct{}
 		dropped uint64
 	}
+	// orphans gives back grants that cancelled Acquires left behind
+	// (client/lock.go).
+	orphans orphanGrants
 }
 
 // NewSession creates a session at the master and hands it to the client's
@@ -270,6 +273,7 @@ func (s *Session) setEpoch(e uint64) {
 	s.mu.epoch = e
 	s.changedLocked()
 	s.mu.Unlock()
+	s.orphans.newEpoch(s, e)
 }
 
 // ShedRetries is how many times NewSession asks again for a session after
@@ -279,14 +283,33 @@ func (s *Session) setEpoch(e uint64) {
 const ShedRetries = 16
 
 // createSession asks the master for a session, and again after each
-// refusal that shed it (see NewSession). It returns the send time of the
-// request that succeeded: the lease the reply grants is counted from it.
+// refusal that shed it (see NewSession). It asks in a CreateSessions call
+// shared with the NewSession calls made meanwhile (createbatch.go), or,
+// of a replica that does not know that method, with a CreateSession of
+// its own. It returns the send time of the request that succeeded: the
+// lease the reply grants is counted from it.
 func (c *Client) createSession(ctx context.Context, resp *api.CreateSessionResponse) (monotime.Time, error) {
-	req := &api.CreateSessionRequest{Token: c.cfg.Token}
+	var req *api.CreateSessionRequest
 	for retries := 0; ; retries++ {
-		sent := c.cfg.clock.Now()
-		err := c.call(ctx, api.MethodCreateSession, req, resp)
-		wait, shed := shedPause(err)
+		var sent monotime.Time
+		var err error
+		share := rand.Float64()
+		if c.batchOpens() {
+			// Callers shed in one batch wait alike, so that they ask
+			// again together, in one batch.
+			sent, share, err = c.openOnce(ctx, resp)
+			if errors.Is(err, errNoOpenBatch) {
+				retries-- // nothing was asked of the master
+				continue
+			}
+		} else {
+			if req == nil {
+				req = &api.CreateSessionRequest{Token: c.cfg.Token}
+			}
+			sent = c.cfg.clock.Now()
+			err = c.call(ctx, api.MethodCreateSession, req, resp)
+		}
+		wait, shed := shedPause(err, share)
 		if !shed || retries == ShedRetries {
 			return sent, err
 		}
@@ -306,12 +329,13 @@ func (c *Client) createSession(ctx context.Context, resp *api.CreateSessionRespo
 
 // shedPause reports whether err is a refusal that shed the call before
 // it did anything (ResourceExhausted with a RetryAfter), and how long to
-// wait before asking again: the RetryAfter plus a random share of as much.
-func shedPause(err error) (time.Duration, bool) {
+// wait before asking again: the RetryAfter plus share (a random fraction
+// in [0, 1)) of as much.
+func shedPause(err error, share float64) (time.Duration, bool) {
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Code != api.ResourceExhausted || ae.RetryAfter <= 0 {
 		return 0, false
 	}
 	d := time.Duration(ae.RetryAfter)
-	return d + rand.N(d+1), true
+	return d + time.Duration(share*float64(d)), true
 }
