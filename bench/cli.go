@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -45,9 +46,10 @@ type OpenConfig struct {
 // --lockcell-dir, --lockcell-log-level, --lockcell-base-port and
 // --lockcell-http-port (fixed ports for the replicas of a cell of
 // processes), --lockcell-fault-injection (on by itself when
-// failover-partition runs).
+// failover-partition runs), --client-log and --client-log-level (the
+// client library's logs, dropped unless a file is named).
 func LockcellFactory() DriverFactory {
-	var mode, bin, dir, level string
+	var mode, bin, dir, level, clientLog, clientLevel string
 	var faults bool
 	var udpBase, httpBase int
 	return DriverFactory{
@@ -59,6 +61,8 @@ func LockcellFactory() DriverFactory {
 			fs.StringVar(&level, "lockcell-log-level", "warn", "replica log level (logs in the cell directory)")
 			fs.IntVar(&udpBase, "lockcell-base-port", 0, "--lockcell-cell=proc: replica i listens on UDP 127.0.0.1:port+i-1 (0: free ports)")
 			fs.IntVar(&httpBase, "lockcell-http-port", 0, "--lockcell-cell=proc: replica i serves HTTP on TCP 127.0.0.1:port+i-1 (0: free ports)")
+			fs.StringVar(&clientLog, "client-log", "", "append the lockcell client library's logs to this file (empty: drop them)")
+			fs.StringVar(&clientLevel, "client-log-level", "info", "level of --client-log: debug, info, warn or error")
 			fs.BoolVar(&faults, FaultInjectionFlag, false, "serve /debug/faults on the replicas (failover-partition needs it, and turns it on unless this flag is given)")
 		},
 		Open: func(ctx context.Context, log *slog.Logger, oc OpenConfig) (Driver, func(), error) {
@@ -96,13 +100,47 @@ func LockcellFactory() DriverFactory {
 			default:
 				return nil, func() {}, fmt.Errorf("%w: --lockcell-cell %q (proc or inproc)", ErrInvalidConfig, mode)
 			}
+			closeLog := func() {}
+			if clientLog != "" {
+				var lv slog.Level
+				if err := lv.UnmarshalText([]byte(clientLevel)); err != nil {
+					return nil, stop, fmt.Errorf("%w: --client-log-level %q: %w", ErrInvalidConfig, clientLevel, err)
+				}
+				f, err := os.OpenFile(clientLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+				if err != nil {
+					return nil, stop, fmt.Errorf("%w: --client-log: %w", ErrInvalidConfig, err)
+				}
+				w := bufio.NewWriterSize(f, 1<<20)
+				var wmu sync.Mutex
+				target.Logger = slog.New(slog.NewTextHandler(lockedWriter{&wmu, w}, &slog.HandlerOptions{Level: lv}))
+				closeLog = func() {
+					wmu.Lock()
+					_ = w.Flush()
+					wmu.Unlock()
+					_ = f.Close()
+				}
+			}
 			d, err := NewLockcellDriver(target)
 			if err != nil {
+				closeLog()
 				return nil, stop, err
 			}
-			return d, func() { _ = d.Close(); stop() }, nil
+			return d, func() { _ = d.Close(); stop(); closeLog() }, nil
 		},
 	}
+}
+
+// lockedWriter serializes writes to w: the client logs of many
+// connections go to one buffered file.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // FaultInjectionFlag is the lockcell flag that turns fault injection on

@@ -210,6 +210,7 @@ func (d *LockcellDriver) OpenSessions(ctx context.Context, tenant string, n int,
 			}
 			cfg := d.config(cert, false)
 			cfg.DialPatience = -1
+			cfg.Logger = d.log.With("conn", i) // which connection a line of --client-log is about
 			c, err := client.Dial(dctx, cfg)
 			if err != nil {
 				return fmt.Errorf("bench: dialing connection %d: %w", i, err)

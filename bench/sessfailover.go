@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/lockcell/lockcell/client"
 )
 
 // sessionsSafePatience bounds how long sessions-failover waits, after the
@@ -43,6 +46,7 @@ func runSessionsFailover(ctx context.Context, d Driver, cfg Config, r *Result) e
 	// Let the opening burst settle (every session's KeepAlives in step).
 	cfg.Live.SetPhase(fmt.Sprintf("%s sessions-failover: holding %d", d.Name(), cfg.Sessions))
 	pause(ctx, max(cfg.Warmup*2, 5*time.Second))
+	tr := newConnTrace(d, set)
 	terms, tracked := set.(SessionTerms)
 	var before uint64
 	if tracked {
@@ -66,6 +70,7 @@ func runSessionsFailover(ctx context.Context, d Driver, cfg Config, r *Result) e
 		for ctx.Err() == nil {
 			var unsafe int
 			_, unsafe, behind = terms.Behind(before)
+			tr.sample(ev.at, before)
 			worst = max(worst, unsafe)
 			if cfg.Live != nil {
 				cfg.Live.Ops.Store(uint64(cfg.Sessions - behind))
@@ -82,6 +87,7 @@ func runSessionsFailover(ctx context.Context, d Driver, cfg Config, r *Result) e
 		}
 		r.Metrics[MetricSessionsUnsafeMax] = float64(worst)
 	}
+	defer tr.report(ev.at)
 	if derr == nil {
 		// Sessions the new master did not take over end within a lease
 		// and a grace period; hold on to see them go.
@@ -107,4 +113,96 @@ func runSessionsFailover(ctx context.Context, d Driver, cfg Config, r *Result) e
 		return fmt.Errorf("bench: cluster not healthy after fail-over: %w", err)
 	}
 	return nil
+}
+
+// connTrace follows, for a lockcell run whose client logs are kept
+// (--client-log), each connection's sessions through the fail-over: when
+// the first and the last of them heard from the new master and were safe,
+// and how many were lost. It logs the sessions of each connection first,
+// so that a replica's log (which names sessions) can be read per
+// connection. A nil *connTrace does nothing.
+type connTrace struct {
+	log  *slog.Logger
+	set  *lockcellSessions
+	per  int
+	cons []connTimes
+}
+
+// connTimes is one connection's progress, as offsets from the disruption
+// (negative: not yet).
+type connTimes struct {
+	first, all time.Duration
+}
+
+// newConnTrace returns the trace of set, or nil unless d is lockcell with
+// its client logs kept.
+func newConnTrace(d Driver, set SessionSet) *connTrace {
+	ld, ok := d.(*LockcellDriver)
+	ls, ok2 := set.(*lockcellSessions)
+	if !ok || !ok2 || !ld.log.Enabled(context.Background(), slog.LevelInfo) || len(ls.clients) == 0 {
+		return nil
+	}
+	tr := &connTrace{log: ld.log, set: ls, per: sessionsPerConn, cons: make([]connTimes, len(ls.clients))}
+	for i := range tr.cons {
+		tr.cons[i] = connTimes{first: -1, all: -1}
+		ids := make([]uint64, 0, tr.per)
+		for _, s := range tr.sessionsOf(i) {
+			if s != nil {
+				ids = append(ids, s.ID())
+			}
+		}
+		tr.log.Info("bench: connection's sessions", "conn", i, "sessions", ids)
+	}
+	return tr
+}
+
+func (tr *connTrace) sessionsOf(i int) []*client.Session {
+	return tr.set.sessions[i*tr.per : min(len(tr.set.sessions), (i+1)*tr.per)]
+}
+
+// sample notes, for each connection, whether its first and all of its
+// live sessions are safe with a master of a term after before.
+func (tr *connTrace) sample(at time.Time, before uint64) {
+	if tr == nil {
+		return
+	}
+	now := time.Since(at)
+	for i := range tr.cons {
+		ct := &tr.cons[i]
+		if ct.all >= 0 {
+			continue
+		}
+		n, done := 0, 0
+		for _, s := range tr.sessionsOf(i) {
+			if s == nil || s.Err() != nil {
+				continue
+			}
+			n++
+			if s.State() == client.StateSafe && s.Epoch() > before {
+				done++
+			}
+		}
+		if done > 0 && ct.first < 0 {
+			ct.first = now
+		}
+		if done == n {
+			ct.all = now
+		}
+	}
+}
+
+// report logs each connection's progress and losses.
+func (tr *connTrace) report(at time.Time) {
+	if tr == nil {
+		return
+	}
+	for i, ct := range tr.cons {
+		lost := 0
+		for _, s := range tr.sessionsOf(i) {
+			if s != nil && s.Err() != nil {
+				lost++
+			}
+		}
+		tr.log.Info("bench: connection through the fail-over", "conn", i, "first_safe", ct.first, "all_safe", ct.all, "lost", lost)
+	}
 }

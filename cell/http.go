@@ -39,6 +39,10 @@ func (r *Replica) startHTTP() error {
 		tenants:   func() ([]api.TenantInfo, error) { return r.ns.ListTenants(r.admin()) },
 		counters:  func() map[string]tenantCounts { return tenantCounters(r.metrics.reg) },
 		locksHeld: r.locksHeld,
+		logWriter: func() (int, int) {
+			st := r.status.Load()
+			return st.WritesInFlight, st.HeldMessages
+		},
 	}})
 	if r.cfg.Faults != nil {
 		h := http.StripPrefix("/debug/faults", r.cfg.Faults.Handler())

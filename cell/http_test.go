@@ -34,10 +34,13 @@ func TestHTTPEndpoints(t *testing.T) {
 	for _, tc := range []struct{ method, path, want string }{
 		{"GET", "/metrics", "lockcell_paxos_chosen_slot"},
 		{"GET", "/metrics", "lockcell_locks_held 1"},
+		{"GET", "/metrics", "lockcell_paxos_writes_in_flight "},
+		{"GET", "/metrics", "lockcell_paxos_held_messages "},
 		{"GET", "/healthz", "ok"},
 		{"GET", "/readyz", "ok: master"},
 		{"GET", "/status", `"Cell":"test"`},
 		{"GET", "/", "master"},
+		{"GET", "/", `<p id="logwriter">Log writer: `},
 		{"GET", "/debug/faults", ""},
 		{"GET", "/debug/faults/", ""},
 		{"POST", "/debug/faults/heal", ""},

@@ -51,6 +51,14 @@ import (
 // would leave a grant that nobody knows of standing until its session
 // ends.
 //
+// A waiter that left while its Acquire (or a grant carried to it) was in
+// Paxos is the exception this side cannot cover: runOutcome gives its
+// grant back with a Release of its own, and if the role ends before that
+// Release is chosen (a step-down refuses it, a crash loses it), the grant
+// stands under the next master, which knows nothing of the cancel. The
+// client gives such a grant back once it learns of the next master
+// (client/lock.go, orphanGrants).
+//
 // lockQueues holds no *Replica: it reaches Paxos through a lockProposer and
 // the rest of the master through the func fields of lockDeps, so it is
 // tested alone (lockqueue_test.go). Its methods are safe for concurrent

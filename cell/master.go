@@ -10,6 +10,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
 	"github.com/lockcell/lockcell/namespace"
+	"github.com/lockcell/lockcell/paxos"
 	"github.com/lockcell/lockcell/session"
 )
 
@@ -185,6 +186,8 @@ func newMaster(d masterDeps, epoch uint64) (*master, error) {
 	}
 	m.wg.Add(1)
 	go m.expireLoop()
+	m.wg.Add(1)
+	go m.failoverProgress()
 	if d.maxExtension > 0 {
 		m.wg.Add(1)
 		go m.loadLoop()
@@ -224,12 +227,44 @@ func (m *master) stop() {
 	m.sched.close()
 }
 
+// expireInflight bounds the ExpireSession commands the master has
+// submitted and not yet seen answered. A fail-over can decide thousands of
+// expiries in one instant (every session whose client did not reach the
+// new master within its lease); submitted all at once they overflowed the
+// Paxos core's queue (paxos.ErrBusy), most of them failed, and their
+// sessions, already dead to their clients, stayed in the replicated state
+// with their locks until some later master expired them again. A window
+// of one slot's worth keeps the core fed without overflowing it, and
+// leaves room for the clients' own commands.
+const expireInflight = 256
+
 // expireLoop turns the session manager's expiry decisions into logged
 // ExpireSession commands (Chubby: the lease ran out, so the session ends,
-// its locks are released with lock-delay and its ephemeral nodes deleted).
+// its locks are released with lock-delay and its ephemeral nodes deleted),
+// at most expireInflight at a time, in the order decided. A command the
+// Paxos core refuses as saturated is submitted again after a pause; any
+// other failure is logged, and the next master decides again.
 func (m *master) expireLoop() {
 	defer m.wg.Done()
+	type outcome struct {
+		sess uint64
+		err  error
+	}
+	// done never blocks its sender: at most expireInflight commands are
+	// out, each answered once.
+	done := make(chan outcome, expireInflight)
+	var queue []uint64
+	inflight := 0
+	pause := time.NewTimer(time.Hour)
+	pause.Stop()
+	paused := false
 	for {
+		for !paused && inflight < expireInflight && len(queue) > 0 {
+			sess := queue[0]
+			queue = queue[1:]
+			inflight++
+			m.expire(sess, func(res namespace.Result, err error) { done <- outcome{sess, err} })
+		}
 		select {
 		case <-m.ctx.Done():
 			return
@@ -239,11 +274,60 @@ func (m *master) expireLoop() {
 			}
 			m.deps.metrics.expiries.Inc()
 			m.deps.log.Info("session lease ran out; expiring it", "session", d.Session)
-			m.expire(uint64(d.Session), func(res namespace.Result, err error) {
-				if err != nil {
-					m.deps.log.Warn("expiring session failed; the next master will decide again", "session", d.Session, "err", err)
+			queue = append(queue, uint64(d.Session))
+		case o := <-done:
+			inflight--
+			switch {
+			case o.err == nil:
+			case errors.Is(o.err, paxos.ErrBusy) || isSaturated(o.err):
+				// Back-pressure: try again shortly, first in line.
+				queue = append([]uint64{o.sess}, queue...)
+				if !paused {
+					paused = true
+					pause.Reset(proposalBackoff)
 				}
-			})
+			default:
+				m.deps.log.Warn("expiring session failed; the next master will decide again", "session", o.sess, "err", o.err)
+			}
+		case <-pause.C:
+			paused = false
+		}
+	}
+}
+
+// isSaturated reports whether err is the Paxos core's back-pressure as
+// the pipeline reports it to a command's submitter.
+func isSaturated(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Code == api.ResourceExhausted
+}
+
+// failoverProgressEvery is how often the master logs how far the sessions
+// it took over are with acknowledging their fail-over events.
+const failoverProgressEvery = time.Second
+
+// failoverProgress logs, every failoverProgressEvery until every session
+// the master took over acknowledged its fail-over event or expired, how
+// many are still pending, and then how long that took: the record of a
+// fail-over's KeepAlive storm.
+func (m *master) failoverProgress() {
+	defer m.wg.Done()
+	start := time.Now()
+	t := time.NewTicker(failoverProgressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.sessions.FailoverDone():
+			st := m.sessions.Stats()
+			m.deps.log.Info("fail-over done: every session taken over acknowledged or expired",
+				"after", time.Since(start), "sessions", st.Sessions, "expiries", st.Expiries)
+			return
+		case <-t.C:
+			st := m.sessions.Stats()
+			m.deps.log.Info("fail-over in progress", "after", time.Since(start), "pending", st.FailoverPending,
+				"sessions", st.Sessions, "parked", st.Parked, "keepalives", st.KeepAlives, "expiring", st.Expiring)
 		}
 	}
 }

@@ -18,6 +18,8 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	chosen, applied    prometheus.Gauge
+	writesInFlight     prometheus.Gauge
+	heldMessages       prometheus.Gauge
 	isMaster           prometheus.Gauge
 	proposals          prometheus.Counter
 	batchSize          prometheus.Histogram
@@ -86,6 +88,8 @@ func newMetrics(src metricsSources) *metrics {
 	latency := prometheus.ExponentialBuckets(0.0001, 2, 16) // 100µs .. ~3.3s
 	m.chosen = gauge("paxos_chosen_slot", "Highest slot up to which every value is known chosen.")
 	m.applied = gauge("paxos_applied_slot", "Highest slot applied to the namespace.")
+	m.writesInFlight = gauge("paxos_writes_in_flight", "Paxos log writes handed to the log writer and not yet durable.")
+	m.heldMessages = gauge("paxos_held_messages", "Paxos messages held back until a log write in flight is durable.")
 	m.isMaster = gauge("master", "1 while this replica is the serving master.")
 	m.proposals = counter("paxos_proposals_total", "Commands proposed by this replica.")
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "lockcell", Name: "paxos_batch_commands", Help: "Commands per applied slot.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
@@ -137,6 +141,8 @@ func newMetrics(src metricsSources) *metrics {
 func (m *metrics) observeStatus(prev, st *paxos.Status) {
 	m.chosen.Set(float64(st.Chosen))
 	m.applied.Set(float64(st.Applied))
+	m.writesInFlight.Set(float64(st.WritesInFlight))
+	m.heldMessages.Set(float64(st.HeldMessages))
 	if st.Master {
 		m.isMaster.Set(1)
 	} else {

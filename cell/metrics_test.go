@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
+	"github.com/lockcell/lockcell/paxos"
 	"github.com/lockcell/lockcell/transport"
 )
 
@@ -121,6 +122,32 @@ func TestMetricsFromSources(t *testing.T) {
 	}
 	if judged < 15 {
 		t.Fatalf("judged %d values; want at least 15", judged)
+	}
+}
+
+// TestMetricsLogWriterBacklog: the gauges of the log writer's backlog
+// follow the Paxos core's status after every step: the writes in flight
+// and the messages held, each from its own field, back to zero when the
+// writes are durable.
+func TestMetricsLogWriterBacklog(t *testing.T) {
+	m := newMetrics(metricsSources{})
+	prev := &paxos.Status{}
+	judged := 0
+	for _, c := range []struct{ writes, held int }{{0, 0}, {2, 7}, {5, 0}, {0, 3}, {0, 0}} {
+		st := &paxos.Status{WritesInFlight: c.writes, HeldMessages: c.held}
+		m.observeStatus(prev, st)
+		prev = st
+		got := gatherValues(t, m)
+		for k, want := range map[string]int{"lockcell_paxos_writes_in_flight": c.writes, "lockcell_paxos_held_messages": c.held} {
+			if g, ok := got[k]; !ok || g != float64(want) {
+				t.Errorf("after a status of %d writes in flight and %d messages held: %s = %v (exported %v); want %d",
+					c.writes, c.held, k, g, ok, want)
+			}
+			judged++
+		}
+	}
+	if judged < 10 {
+		t.Fatalf("judged %d values; want 10", judged)
 	}
 }
 

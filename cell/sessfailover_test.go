@@ -3,6 +3,7 @@ package cell_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -182,4 +183,84 @@ func judge(t *testing.T, sessions []*client.Session, when string, epoch uint64) 
 		t.Fatalf("%s: judged %d sessions of %d", when, judged, len(sessions))
 	}
 	return moved
+}
+
+// silenced is a client socket that can be made to send nothing (a client
+// process that died without closing its sessions).
+type silenced struct {
+	net.PacketConn
+	mute *atomic.Bool
+}
+
+func (s silenced) WriteTo(p []byte, addr net.Addr) (int, error) {
+	if s.mute.Load() {
+		return len(p), nil
+	}
+	return s.PacketConn.WriteTo(p, addr)
+}
+
+// TestManyExpiriesAtOnce: a client holding hundreds of sessions falls
+// silent, so the master decides all of their expiries in the same instant
+// (their KeepAlives travelled in one batch, so their leases end together),
+// as a new master does for every session whose client did not reach it in
+// a fail-over storm. The Paxos core here queues at most 64 commands, far
+// fewer than the expiries: the master must pace its ExpireSession commands
+// and retry those the core refuses as saturated, so that every session
+// ends in the replicated state (its locks freed), rather than leave most
+// of them, dead to their client, for a later master to expire.
+//
+// Floors: the master decided every expiry, and the sessions were there
+// to expire.
+func TestManyExpiriesAtOnce(t *testing.T) {
+	const n = 400
+	synctest.Test(t, func(t *testing.T) {
+		// Sixteen commands per slot, one slot in flight: the core queues
+		// 4*1*16 = 64 commands at most.
+		c := celltest.Start(t, celltest.Options{Tune: func(cfg *cell.Config) { cfg.MaxBatch = 16 }})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		var mute atomic.Bool
+		cfg := c.ClientConfig("", "silent")
+		cfg.PacketConn = func() (net.PacketConn, error) {
+			pc, err := c.PacketConn()
+			if err != nil {
+				return nil, err
+			}
+			return silenced{pc, &mute}, nil
+		}
+		cl := c.Dial(ctx, cfg)
+
+		for range n {
+			if _, err := cl.NewSession(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := c.WaitMaster(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Let every session's KeepAlive join the connection's batch.
+		time.Sleep(cell.DefaultSessionLease / 2)
+		if got := m.Status().Sessions; got != n {
+			t.Fatalf("the master holds %d sessions before the silence, want %d", got, n)
+		}
+		mute.Store(true)
+		silent := time.Now()
+		for m.Status().Sessions > 0 && time.Since(silent) < 2*cell.DefaultSessionLease {
+			time.Sleep(100 * time.Millisecond)
+		}
+		left := m.Status().Sessions
+		expiries := metricValue(m.MetricsText(), "lockcell_session_expiries_total")
+		t.Logf("%v after its client fell silent the master decided %v expiries; %d of %d sessions left", time.Since(silent), expiries, left, n)
+		if left != 0 {
+			t.Fatalf("%d of %d sessions still at the master %v after their client fell silent (their ExpireSession commands failed)",
+				left, n, time.Since(silent))
+		}
+		if expiries != n {
+			t.Fatalf("the master decided %v expiries, want %d", expiries, n)
+		}
+		if c.Master() != m {
+			t.Fatal("the master changed")
+		}
+	})
 }

@@ -5,8 +5,9 @@ package cell
 // and applied slots and lag per replica, the state checksum, each value in
 // the representation lockctl status uses), and beside it what only this
 // replica's memory holds: the sessions and locks in the applied state, the
-// master changes this replica saw, and per-tenant call rates measured from
-// its metrics. The page reloads its own body every few seconds.
+// log writer's backlog, the master changes this replica saw, and
+// per-tenant call rates measured from its metrics. The page reloads its
+// own body every few seconds.
 //
 // NB: the line "Replica N (role). Master: replica M, epoch E." keeps the
 // form it had before the page grew (scripts that polled the page read it);
@@ -205,6 +206,9 @@ type pageData struct {
 	Failovers  []pageFailover
 	Updated    string
 	RefreshMs  int64
+	// WritesInFlight and HeldMessages are the log writer's backlog (see
+	// pageSources.logWriter).
+	WritesInFlight, HeldMessages int
 }
 
 // pageSources is where the status page's data comes from; the replica
@@ -224,6 +228,10 @@ type pageSources struct {
 	counters func() map[string]tenantCounts
 	// locksHeld returns the lock grants held in the applied state.
 	locksHeld func() int
+	// logWriter returns the Paxos log writes handed to the log writer and
+	// not yet durable, and the messages the core holds back until one of
+	// them is (paxos.Status.WritesInFlight and HeldMessages).
+	logWriter func() (writesInFlight, heldMessages int)
 }
 
 // statusPageHandler serves the status page from its sources and what the
@@ -266,6 +274,7 @@ func (h *statusPageHandler) data() pageData {
 	}
 	sort.Slice(d.Tenants, func(i, j int) bool { return d.Tenants[i].Name < d.Tenants[j].Name })
 	d.Locks = h.src.locksHeld()
+	d.WritesInFlight, d.HeldMessages = h.src.logWriter()
 	now := monotime.Now()
 	h.state.mu.Lock()
 	for i := len(h.state.mu.failovers) - 1; i >= 0; i-- {
@@ -334,6 +343,7 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 What was lost ({{.Kind}}): {{.Reason}}{{if .MovedAside}}<br>The damaged store was moved to <code>{{.MovedAside}}</code>; delete it once it is no longer wanted.{{end}}<br>
 Rebuild: {{.Phase}}, since {{.Since.Format "2006-01-02 15:04:05 MST"}}{{if not .Done.IsZero}}, done {{.Done.Format "2006-01-02 15:04:05 MST"}}{{end}}.</p>{{end}}
 <p>Chosen slot {{.Chosen}}, applied slot {{.Applied}}, state checksum <code>{{.Checksum}}</code>.</p>
+<p id="logwriter">Log writer: {{.WritesInFlight}} writes in flight (handed out, not yet durable), {{.HeldMessages}} messages held until a write is durable.</p>
 <h2>Replicas</h2>
 <p class="s">Each replica as it last reported itself to this one; lag is how many slots it has yet to apply of the highest chosen slot known here.</p>
 <table id="replicas"><tr><th>replica</th><th>address</th><th>role</th><th>epoch</th><th>chosen</th><th>applied</th><th>lag</th><th>heard</th></tr>

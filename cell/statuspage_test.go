@@ -2,6 +2,7 @@ package cell
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http/httptest"
 	"strings"
@@ -88,6 +89,7 @@ func fakePage() (*statusPageHandler, *pageSources) {
 			return map[string]tenantCounts{"alpha": {calls: 50, refused: 10, shed: 5}, "-": {calls: 20, refused: 20}}
 		},
 		locksHeld: func() int { return 7 },
+		logWriter: func() (int, int) { return 0, 0 },
 	}
 	return &statusPageHandler{src: *src, state: &pageState{}}, src
 }
@@ -141,6 +143,28 @@ func TestStatusPageFromSources(t *testing.T) {
 			t.Fatal("judged too little")
 		}
 	})
+}
+
+// TestStatusPageLogWriter: the page shows the log writer's backlog as its
+// source reports it at each render: the writes in flight, then the
+// messages held, each in its place.
+func TestStatusPageLogWriter(t *testing.T) {
+	h, _ := fakePage()
+	judged := 0
+	for _, c := range []struct{ writes, held int }{{0, 0}, {3, 11}, {1, 0}, {0, 4}} {
+		h.src.logWriter = func() (int, int) { return c.writes, c.held }
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		want := fmt.Sprintf(`<p id="logwriter">Log writer: %d writes in flight (handed out, not yet durable), %d messages held until a write is durable.</p>`,
+			c.writes, c.held)
+		if body := rec.Body.String(); !strings.Contains(body, want) {
+			t.Errorf("with %d writes in flight and %d messages held, the page lacks %q", c.writes, c.held, want)
+		}
+		judged++
+	}
+	if judged < 4 {
+		t.Fatalf("judged %d renders; want 4", judged)
+	}
 }
 
 // TestStatusPageRebuildAndErrors: a rebuild the sources report is shown;

@@ -4,14 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/client"
 	"github.com/lockcell/lockcell/client/operator"
+	"github.com/lockcell/lockcell/transport/memnet"
 )
 
 // TestConfigFileMatchesCell: the file cell.StartLocal writes is in the one
@@ -114,14 +119,31 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestDialUnreachable: Dial gives up when its context ends.
+// TestDialUnreachable: Dial gives up when its context ends, and not
+// before. It dials an address where nothing listens on a simulated
+// network (transport/memnet) in simulated time.
 func TestDialUnreachable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	_, err := client.Dial(ctx, client.Config{Addrs: []string{"127.0.0.1:9"}, CA: emptyPool(), HandshakeTimeout: 100 * time.Millisecond, Logger: quietLogger()})
-	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Dial to nothing: %v; want DeadlineExceeded", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const patience = 500 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		var nw memnet.Network
+		var sockets atomic.Int32
+		start := time.Now()
+		_, err := client.Dial(ctx, client.Config{Addrs: []string{"10.0.0.1:9"}, CA: emptyPool(), HandshakeTimeout: 100 * time.Millisecond, Logger: quietLogger(),
+			PacketConn: func() (net.PacketConn, error) {
+				return nw.Listen(fmt.Sprintf("10.1.0.1:%d", 1000+sockets.Add(1)))
+			}})
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Dial to nothing: %v; want DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d < patience {
+			t.Fatalf("Dial to nothing gave up after %v, before its context ended (%v)", d, patience)
+		}
+		if sockets.Load() == 0 {
+			t.Fatal("Dial never opened a socket: it judged nothing")
+		}
+	})
 }
 
 // TestConfigFilePathsFromItsDirectory: names in a settings file are

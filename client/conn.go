@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,13 +37,11 @@ type Client struct {
 		hint string
 		// next is the index of the address to try first without a hint.
 		next int
-		// dialing is closed when the dial in progress ends; dialCancel
-		// cancels it. moves counts the times a search for the master
-		// pointed the client elsewhere (whois.go): a dial it interrupted
-		// is not a failure.
-		dialing    chan struct{}
-		dialCancel context.CancelFunc
-		moves      uint64
+		// dial is the dial in progress (nil if none). moves counts the
+		// times a search for the master pointed the client elsewhere
+		// (whois.go): a dial it interrupted is not a failure.
+		dial  *dialAttempt
+		moves uint64
 		// redirects counts the NotMaster replies that named the master
 		// (drop with a hint): a call whose connection another call closed
 		// to follow one retries at once.
@@ -323,6 +320,15 @@ func (c *Client) pause(ctx context.Context) error {
 
 // conn returns the current connection, dialing (with backoff) if there is
 // none. Concurrent callers share one dial.
+//
+// The dial is the client's, not the caller's: it runs on its own
+// goroutine, bounded by the handshake timeout, and ctx bounds only the
+// caller's wait for it. A dial bound to the context of the call that
+// happened to start it ended with that call: a KeepAlive in jeopardy
+// gives itself a cadence and a margin, so a master whose handshakes took
+// longer than that (one busy with a fail-over's storm of clients) could
+// never be reached, every dial being cancelled by the KeepAlive that
+// started it before its handshake finished.
 func (c *Client) conn(ctx context.Context) (*transport.ClientConn, error) {
 	for {
 		c.mu.Lock()
@@ -338,67 +344,106 @@ func (c *Client) conn(ctx context.Context) (*transport.ClientConn, error) {
 			c.drop(cc, "")
 			continue
 		}
-		if wait := c.mu.dialing; wait != nil {
-			c.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-c.ctx.Done():
-				return nil, ErrClosed
-			}
+		d := c.mu.dial
+		mine := d == nil
+		if mine {
+			d = c.startDialLocked()
 		}
-		done := make(chan struct{})
-		c.mu.dialing = done
-		addrs, start := c.dialOrderLocked()
-		delay := time.Until(c.mu.notBefore)
-		moves := c.mu.moves
-		dctx, cancel := context.WithCancel(ctx)
-		c.mu.dialCancel = cancel
 		c.mu.Unlock()
-
-		cc, err := c.dial(dctx, addrs, start, delay)
-		cancel()
-
-		c.mu.Lock()
-		c.mu.dialing = nil
-		c.mu.dialCancel = nil
-		close(done)
-		if err != nil && c.mu.moves != moves && ctx.Err() == nil && c.ctx.Err() == nil {
-			// The master was found elsewhere meanwhile: dial there.
-			c.mu.Unlock()
-			continue
-		}
-		if err != nil {
-			c.mu.failures++
-			c.mu.notBefore = time.Now().Add(c.backoff(c.mu.failures))
-			c.mu.hint = ""
-			c.mu.Unlock()
-			return nil, err
-		}
-		if c.ctx.Err() != nil {
-			c.mu.Unlock()
-			_ = cc.Close()
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
 			return nil, ErrClosed
 		}
-		c.mu.conn = cc
-		c.mu.heard = false
-		c.mu.Unlock()
-		return cc, nil
+		if d.err != nil && mine {
+			return nil, d.err
+		}
+		// Connected (or another caller's dial failed, or gave way to a
+		// move): look again.
 	}
 }
 
+// dialing reports whether the client has no connection and is dialing
+// one.
+func (c *Client) dialing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.conn == nil && c.mu.dial != nil
+}
+
+// dialAttempt is a dial in progress (Client.mu.dial).
+type dialAttempt struct {
+	// addr is the master the dial goes to alone, if it goes to a hinted
+	// master; "" for a dial that tries the replicas in turn.
+	addr   string
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the dial ended; err is set then
+	// err is the dial's failure (nil if it connected, or if it gave way
+	// to a search that found the master elsewhere).
+	err error
+}
+
+// startDialLocked starts a dial on a goroutine of its own: to the hinted
+// master alone if there is a hint, else to the replicas in turn, after the
+// backoff's pause. The connection it makes becomes the current one.
+// REQUIRES: c.mu held; no dial in progress.
+func (c *Client) startDialLocked() *dialAttempt {
+	addrs, start := c.dialOrderLocked()
+	dctx, cancel := context.WithCancel(c.ctx)
+	d := &dialAttempt{cancel: cancel, done: make(chan struct{})}
+	if len(addrs) == 1 && c.mu.hint != "" {
+		d.addr = addrs[0]
+	}
+	c.mu.dial = d
+	delay := time.Until(c.mu.notBefore)
+	moves := c.mu.moves
+	go func() {
+		cc, err := c.dial(dctx, addrs, start, delay)
+		cancel()
+		c.mu.Lock()
+		defer close(d.done)
+		defer c.mu.Unlock()
+		c.mu.dial = nil
+		switch {
+		case c.ctx.Err() != nil:
+			if cc != nil {
+				_ = cc.Close()
+			}
+			d.err = ErrClosed
+		case err != nil && c.mu.moves != moves:
+			// The master was found elsewhere meanwhile: dial there.
+		case err != nil:
+			c.mu.failures++
+			c.mu.notBefore = time.Now().Add(c.backoff(c.mu.failures))
+			c.mu.hint = ""
+			d.err = err
+		default:
+			c.mu.conn = cc
+			c.mu.heard = false
+		}
+	}()
+	return d
+}
+
 // dialOrderLocked returns the addresses to dial and where to start: the
-// hinted master first, else the next replica in rotation.
+// hinted master alone, else every replica from the next in rotation.
+//
+// A hint is what a replica said a moment ago (a search's answer, a
+// NotMaster that named the master), and only the master can serve: so the
+// dial goes there alone, for as long as its handshake takes. Staggering
+// on to the other replicas, as a dial without a hint does, lost exactly
+// when it mattered: a new master busy with a fail-over's storm handshakes
+// slower than its idle followers, so a follower's handshake won, its
+// NotMaster sent the client round again, and whole clients missed their
+// leases. A hint that turns out wrong costs one failed dial (the hint is
+// then forgotten and the next dial tries every replica).
 // REQUIRES: c.mu held.
 func (c *Client) dialOrderLocked() ([]string, int) {
 	addrs := c.cfg.Addrs
 	if c.mu.hint != "" {
-		if i := slices.Index(addrs, c.mu.hint); i >= 0 {
-			return addrs, i
-		}
-		return append([]string{c.mu.hint}, addrs...), 0
+		return []string{c.mu.hint}, 0
 	}
 	start := c.mu.next % len(addrs)
 	c.mu.next++

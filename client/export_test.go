@@ -22,7 +22,7 @@ const ExactLease = exactLease
 func Dialing(c *Client) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.mu.dialing != nil
+	return c.mu.dial != nil
 }
 
 // HoldKeepAlives makes s lose the replies to the KeepAlives it sends from

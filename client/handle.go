@@ -50,7 +50,9 @@ type Handle struct {
 	cache  bool
 	events api.EventMask // what the handle subscribed to
 	closed atomic.Bool
-	lkmu   sync.Mutex // serializes Acquire/Release on this handle
+	// lk serializes Acquire and Release on this handle. It is held across
+	// their calls, so it is a chanLock, not a sync.Mutex (see chanLock).
+	lk chanLock
 }
 
 // subscriptions counts, per path, a session's open handles that subscribed
@@ -67,30 +69,44 @@ type subscriptions struct {
 }
 
 type pathSubs struct {
-	mu   sync.Mutex // held across an Open or Close call on the path
-	open int        // open handles with a nonzero event mask
-	refs int        // users of this entry (for removal)
+	// lk is held across an Open or Close call on the path. It is a
+	// channel, not a sync.Mutex, so that a caller waiting for it gives up
+	// when its context ends and, under testing/synctest, waits durably
+	// while the holder's call waits for the clock.
+	lk   chanLock
+	open int // open handles with a nonzero event mask; guarded by lk
+	refs int // users of this entry (for removal); guarded by subscriptions.mu
 }
 
-// lock returns path's entry, locked; unlock releases it.
-func (ss *subscriptions) lock(path string) *pathSubs {
+// lock returns path's entry, locked, or ctx's error if ctx ends first;
+// unlock releases it.
+func (ss *subscriptions) lock(ctx context.Context, path string) (*pathSubs, error) {
 	ss.mu.Lock()
 	if ss.paths == nil {
 		ss.paths = map[string]*pathSubs{}
 	}
 	p := ss.paths[path]
 	if p == nil {
-		p = &pathSubs{}
+		p = &pathSubs{lk: newChanLock()}
 		ss.paths[path] = p
 	}
 	p.refs++
 	ss.mu.Unlock()
-	p.mu.Lock()
-	return p
+	if err := p.lk.lock(ctx); err != nil {
+		ss.unref(path, p)
+		return nil, err
+	}
+	return p, nil
 }
 
 func (ss *subscriptions) unlock(path string, p *pathSubs) {
-	p.mu.Unlock()
+	p.lk.unlock()
+	ss.unref(path, p)
+}
+
+// unref drops one user of path's entry, and the entry once it has none
+// and no subscribed handle is open.
+func (ss *subscriptions) unref(path string, p *pathSubs) {
 	ss.mu.Lock()
 	p.refs--
 	if p.refs == 0 && p.open == 0 {
@@ -119,7 +135,10 @@ func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (
 	}
 	var resp api.OpenResponse
 	if events != 0 {
-		p := s.subs.lock(path)
+		p, err := s.subs.lock(ctx, path)
+		if err != nil {
+			return nil, OpenInfo{}, fmt.Errorf("open %s: %w", path, err)
+		}
 		defer s.subs.unlock(path, p)
 		defer func(h **Handle) {
 			if *h != nil {
@@ -137,7 +156,7 @@ func (s *Session) OpenStat(ctx context.Context, path string, opts OpenOptions) (
 	if err != nil {
 		return nil, OpenInfo{}, fmt.Errorf("open %s: %w", path, err)
 	}
-	handle = &Handle{s: s, h: resp.Handle, cache: caching, events: events}
+	handle = &Handle{s: s, h: resp.Handle, cache: caching, events: events, lk: newChanLock()}
 	return handle, OpenInfo{Stat: resp.Stat, Created: resp.Created}, nil
 }
 
@@ -160,7 +179,13 @@ func (h *Handle) req(hd api.Header) *api.HandleRequest {
 // closed handle does nothing.
 func (h *Handle) Close(ctx context.Context) error {
 	path := h.h.Path
-	p := h.s.subs.lock(path)
+	if h.closed.Load() {
+		return nil
+	}
+	p, err := h.s.subs.lock(ctx, path)
+	if err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
 	defer h.s.subs.unlock(path, p)
 	if h.closed.Load() {
 		return nil
@@ -174,7 +199,7 @@ func (h *Handle) Close(ctx context.Context) error {
 		h.closed.Store(true)
 		return nil
 	}
-	err := h.s.call(ctx, api.MethodClose, func(hd api.Header) any { return h.req(hd) }, &api.Empty{})
+	err = h.s.call(ctx, api.MethodClose, func(hd api.Header) any { return h.req(hd) }, &api.Empty{})
 	if err != nil {
 		if h.events != 0 {
 			p.open++

@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"errors"
+	"runtime/debug"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -75,4 +77,76 @@ func testCloseKeepsOtherHandlesEvents(t *testing.T) {
 	if err := h2.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestOpenWaitingForPathGivesUp: Opens and Closes of subscribed handles on
+// one path take turns in the session; one waiting for its turn while
+// another's call is stuck (every replica paused) gives up when its context
+// ends, with that context's error, and waits in a way testing/synctest
+// counts as durable, so the simulated clock goes on. A waiter parked on a
+// sync.Mutex would freeze the bubble: a real-time watchdog outside it ends
+// the process with a message naming this test if the simulated minute
+// below takes more than two minutes of real time.
+func TestOpenWaitingForPathGivesUp(t *testing.T) {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			debug.SetTraceback("all")
+			panic("TestOpenWaitingForPathGivesUp: the simulated clock stood still for 2 min of real time: " +
+				"an Open waits for its path's turn non-durably")
+		}
+	}()
+	synctest.Test(t, func(t *testing.T) {
+		tc := celltest.Start(t, celltest.Options{Replicas: 3})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		s, err := tc.Dial(ctx, tc.ClientConfig("", "watcher")).NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := client.OpenOptions{Create: true, Events: api.WantContentsModified}
+		for _, id := range tc.IDs() {
+			tc.Pause(id)
+		}
+		firstCtx, firstCancel := context.WithTimeout(ctx, 20*time.Second)
+		defer firstCancel()
+		first := make(chan error, 1)
+		go func() {
+			_, err := s.Open(firstCtx, "/t/turns", opts)
+			first <- err
+		}()
+		synctest.Wait() // the first Open holds the path's turn, its call stuck
+		start := time.Now()
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer wcancel()
+		_, err = s.Open(wctx, "/t/turns", opts)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("second Open while the first holds the path: %v, want its context's DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited != 2*time.Second {
+			t.Fatalf("second Open gave up after %v, want exactly its 2 s context", waited)
+		}
+		select {
+		case err := <-first:
+			t.Fatalf("first Open ended (%v) before its context or the master came back", err)
+		default:
+		}
+		firstCancel()
+		if err := <-first; err == nil {
+			t.Fatal("first Open succeeded with every replica paused")
+		}
+		for _, id := range tc.IDs() {
+			tc.Resume(id)
+		}
+		h, err := s.Open(ctx, "/t/turns", opts)
+		if err != nil {
+			t.Fatalf("Open once the master is back: %v", err)
+		}
+		if err := h.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

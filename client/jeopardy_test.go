@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -16,14 +17,20 @@ import (
 // reach the other replicas for a while. The session enters jeopardy (the
 // lock's context is cancelled at once), then reaches the new master within
 // the grace period and is safe again — with its lock still held and its
-// sequencer still valid — after a fail-over event.
+// sequencer still valid — after a fail-over event. It runs on celltest in
+// simulated time.
 func TestJeopardySafeThroughFailover(t *testing.T) {
-	tc := startCell(t, 3, func(c *cell.Config) { c.SessionLease = 4 * time.Second })
-	ctx := testCtx(t, 60*time.Second)
-	cfg := tc.config(t, "alice")
+	synctest.Test(t, testJeopardySafeThroughFailover)
+}
+
+func testJeopardySafeThroughFailover(t *testing.T) {
+	tc := startSimCell(t, 3, func(c *cell.Config) { c.SessionLease = 4 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := simConfig(tc, "alice")
 	cfg.GracePeriod = 20 * time.Second
 	cfg.ReconnectMax = 200 * time.Millisecond
-	c := tc.dial(t, ctx, cfg)
+	c := tc.Dial(ctx, cfg)
 	s, err := c.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -36,14 +43,17 @@ func TestJeopardySafeThroughFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := tc.Master()
+	old, err := tc.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	oldEpoch := s.Epoch()
 	for _, r := range tc.Running() {
 		if r.ID() != old.ID() {
-			tc.faults.CutClients(r.ID(), true)
+			tc.CutClients(r.ID(), true)
 		}
 	}
-	tc.Stop(old.ID())
+	tc.Crash(old.ID())
 
 	waitEvent(t, ctx, s, client.EventJeopardy)
 	if s.State() != client.StateJeopardy {
@@ -65,7 +75,7 @@ func TestJeopardySafeThroughFailover(t *testing.T) {
 		t.Fatalf("call in jeopardy: %v; want it to wait for its deadline", err)
 	}
 	for _, r := range tc.Running() {
-		tc.faults.CutClients(r.ID(), false)
+		tc.CutClients(r.ID(), false)
 	}
 	waitEvent(t, ctx, s, client.EventSafe)
 	if s.Epoch() <= oldEpoch {
@@ -88,13 +98,19 @@ func TestJeopardySafeThroughFailover(t *testing.T) {
 // grace period. The session reports jeopardy and then expired; the lock's
 // context is cancelled before the master expires the session, i.e. before
 // the cell could grant the lock to anyone else; afterwards another session
-// takes the lock.
+// takes the lock. It runs on celltest in simulated time, where the two
+// instants compared are exact.
 func TestJeopardyExpired(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 60*time.Second)
-	cfg := tc.config(t, "alice")
+	synctest.Test(t, testJeopardyExpired)
+}
+
+func testJeopardyExpired(t *testing.T) {
+	tc := startSimCell(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := simConfig(tc, "alice")
 	cfg.GracePeriod = 2 * time.Second
-	c := tc.dial(t, ctx, cfg)
+	c := tc.Dial(ctx, cfg)
 	s, err := c.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -110,12 +126,16 @@ func TestJeopardyExpired(t *testing.T) {
 	}
 	var cancelledAt atomic.Int64
 	context.AfterFunc(l.Context(), func() { cancelledAt.Store(time.Now().UnixNano()) })
-	if n := tc.Master().Status().Sessions; n != 1 {
+	m, err := tc.WaitMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := m.Status().Sessions; n != 1 {
 		t.Fatalf("%d sessions at the master, want 1", n)
 	}
 
 	for _, r := range tc.Running() {
-		tc.faults.CutClients(r.ID(), true)
+		tc.CutClients(r.ID(), true)
 	}
 	// The master expires the session (and frees the lock) when its lease
 	// runs out; sample when that happens.
@@ -150,9 +170,9 @@ func TestJeopardyExpired(t *testing.T) {
 		t.Fatalf("call on an expired session: %v", err)
 	}
 	for _, r := range tc.Running() {
-		tc.faults.CutClients(r.ID(), false)
+		tc.CutClients(r.ID(), false)
 	}
-	b := tc.session(t, ctx, "bob")
+	b := simSession(t, ctx, tc, "bob")
 	lb, err := client.NewMutex(b, "/t/jx").TryLock(ctx)
 	if err != nil {
 		t.Fatalf("another session after expiry: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -12,12 +13,18 @@ import (
 )
 
 // TestTryLockHeld: TryLock on a held mutex fails at once with ErrLocked
-// (and api.ErrLocked), without waiting; after Unlock it succeeds.
+// (and api.ErrLocked), without waiting; after Unlock it succeeds. It runs
+// on celltest in simulated time, as do the other tests of this file.
 func TestTryLockHeld(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 30*time.Second)
-	a := tc.session(t, ctx, "alice")
-	b := tc.session(t, ctx, "bob")
+	synctest.Test(t, testTryLockHeld)
+}
+
+func testTryLockHeld(t *testing.T) {
+	tc := startSimCell(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := simSession(t, ctx, tc, "alice")
+	b := simSession(t, ctx, tc, "bob")
 	ma := client.NewMutex(a, "/t/m")
 	mb := client.NewMutex(b, "/t/m")
 	la, err := ma.Lock(ctx)
@@ -65,11 +72,16 @@ func TestTryLockHeld(t *testing.T) {
 // and then cancelled leaves no waiter at the master and gets no grant: when
 // the holder releases, a third session takes the lock at once.
 func TestCancelledAcquireLeavesNoWaiter(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 60*time.Second)
-	a := tc.session(t, ctx, "alice")
-	b := tc.session(t, ctx, "bob")
-	c := tc.session(t, ctx, "carol")
+	synctest.Test(t, testCancelledAcquireLeavesNoWaiter)
+}
+
+func testCancelledAcquireLeavesNoWaiter(t *testing.T) {
+	tc := startSimCell(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := simSession(t, ctx, tc, "alice")
+	b := simSession(t, ctx, tc, "bob")
+	c := simSession(t, ctx, tc, "carol")
 	la, err := client.NewMutex(a, "/t/q").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -121,10 +133,15 @@ func waitWaiters(t *testing.T, ctx context.Context, tc interface{ Master() *cell
 // TestStaleReleaseFreesNothing: releasing an old grant (an older
 // generation) after the same session took the lock again frees nothing.
 func TestStaleReleaseFreesNothing(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 30*time.Second)
-	a := tc.session(t, ctx, "alice")
-	b := tc.session(t, ctx, "bob")
+	synctest.Test(t, testStaleReleaseFreesNothing)
+}
+
+func testStaleReleaseFreesNothing(t *testing.T) {
+	tc := startSimCell(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := simSession(t, ctx, tc, "alice")
+	b := simSession(t, ctx, tc, "bob")
 	h, err := a.Open(ctx, "/t/s", client.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)

@@ -26,20 +26,24 @@ type Mutex struct {
 	path string
 	opts OpenOptions
 
-	mu   sync.Mutex
-	h    *Handle
+	// lk serializes Lock and TryLock; it is held across their calls to
+	// the cell, so it is a chanLock (see there), and it guards h.
+	lk chanLock
+	h  *Handle
+	mu sync.Mutex
+	// held is the last grant. REQUIRES: mu held (and lk to set it).
 	held *Lock
 }
 
 // NewMutex returns a mutex on the node at path.
 func NewMutex(s *Session, path string) *Mutex {
-	return &Mutex{s: s, path: path, opts: OpenOptions{Create: true}}
+	return &Mutex{s: s, path: path, opts: OpenOptions{Create: true}, lk: newChanLock()}
 }
 
 // NewMutexWithOptions is NewMutex with the options used to open (and
 // create) the node, for example a lock-delay.
 func NewMutexWithOptions(s *Session, path string, opts OpenOptions) *Mutex {
-	return &Mutex{s: s, path: path, opts: opts}
+	return &Mutex{s: s, path: path, opts: opts, lk: newChanLock()}
 }
 
 // Path returns the mutex's node path.
@@ -53,9 +57,11 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) { return m.lock(ctx, tr
 func (m *Mutex) TryLock(ctx context.Context) (*Lock, error) { return m.lock(ctx, false) }
 
 func (m *Mutex) lock(ctx context.Context, wait bool) (*Lock, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.held != nil && m.held.ctx.Err() == nil {
+	if err := m.lk.lock(ctx); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", m.path, err)
+	}
+	defer m.lk.unlock()
+	if m.Held() != nil {
 		return nil, fmt.Errorf("lock %s: %w: this mutex is already held", m.path, api.ErrFailedPrecondition)
 	}
 	// A grant that may have been lost is replaced once Acquire succeeds:
@@ -85,7 +91,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
 	m.held = l
+	m.mu.Unlock()
 	return l, nil
 }
 

@@ -124,7 +124,9 @@ func pauseHolder(cfgPath, markerPath string) int {
 // ErrJeopardy and the session not safe — every time. No timing is
 // asserted: the other client's grant proves that the holder's lease ran
 // out during the pause, and the first look after resuming is exact by
-// construction.
+// construction. It stays on real processes and real time (a real SIGSTOP
+// is the point); every wait in it is for a condition, with minutes of
+// patience, and a try that a starved machine spoils is not judged.
 func TestPausedHolderSeesLockLost(t *testing.T) {
 	const want, maxTries = 4, 8
 	tc := startCell(t, 3, nil)
@@ -177,7 +179,17 @@ func TestPausedHolderSeesLockLost(t *testing.T) {
 		} else if _, err := fmt.Sscan(strings.TrimPrefix(l, "holding "), &gen); err != nil {
 			t.Fatal(err)
 		}
-		signal(syscall.SIGSTOP)
+		if err := cmd.Process.Signal(syscall.SIGSTOP); errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) {
+			// The holder saw its lock lost and ended before the pause (a
+			// starved machine): nothing to judge.
+			look := line()
+			waited = true
+			_ = cmd.Wait()
+			t.Logf("try %d: not judged, the holder ended before the pause: %s", try, look)
+			continue
+		} else if err != nil {
+			t.Fatalf("%v: %v", syscall.SIGSTOP, err)
+		}
 		// The lock is free only once the master has expired the stopped
 		// holder's session.
 		lb, err := hb.Acquire(ctx, api.LockExclusive)

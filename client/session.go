@@ -98,6 +98,9 @@ type Session struct {
 		watch   map[string]map[chan struct{}]struct{}
 		dropped uint64
 	}
+	// orphans gives back grants that cancelled Acquires left behind
+	// (client/lock.go).
+	orphans orphanGrants
 }
 
 // NewSession creates a session at the master and hands it to the client's
@@ -272,6 +275,7 @@ func (s *Session) setEpoch(e uint64) {
 	s.mu.epoch = e
 	s.changedLocked()
 	s.mu.Unlock()
+	s.orphans.newEpoch(s, e)
 }
 
 // ShedRetries is how many times NewSession asks again for a session after

@@ -149,6 +149,14 @@ func (l *loop) step(now monotime.Time) {
 			l.s.c.ka.local = append(l.s.c.ka.local, kaResult{l: l, id: ka.id, sent: ka.kc.sent, err: context.Canceled,
 				redirected: l.s.c.redirectedSince(ka.kc.before, context.Canceled), replica: ka.kc.replica})
 		}
+		if !ka.given && !ka.silent && ka.watched && !now.Before(ka.silentAt) && l.s.c.dialing() {
+			// Not silence: the client is still connecting (a master busy
+			// with a fail-over handshakes slowly), and the KeepAlive waits
+			// for that. A search now would only cost every replica a
+			// handshake and find the master being dialed; look again a
+			// margin later (the dial's own failure says if it fails).
+			ka.silentAt = now.Add(SilenceMargin(l.cadence))
+		}
 		if !ka.given && !ka.silent && ka.watched && !now.Before(ka.silentAt) {
 			// The master has been silent past its cadence: it is dead,
 			// deposed or cut off. Look for the master everywhere; the

@@ -1,8 +1,10 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -14,15 +16,22 @@ import (
 // tenant token issued by the administrator; it opens a session, takes a
 // lock and writes; once the token is revoked, every call fails with
 // Unauthenticated, the session ends (the master expires it: its lock is
-// released) and a new client with the token cannot even dial.
+// released, well within a session lease) and a new client with the token
+// cannot even dial. It runs on celltest in simulated time.
 func TestTokenClient(t *testing.T) {
-	tc := startCell(t, 3, nil)
-	ctx := testCtx(t, 60*time.Second)
+	synctest.Test(t, testTokenClient)
+}
+
+func testTokenClient(t *testing.T) {
+	tc := startSimCell(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	adminCert, err := tc.AdminCertificate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := tc.dial(t, ctx, tc.configWith(adminCert))
+	adminCfg := simConfigWith(tc, adminCert)
+	admin := tc.Dial(ctx, adminCfg)
 	tok, info, err := operator.New(admin).IssueToken(ctx, "t", "robot")
 	if err != nil {
 		t.Fatal(err)
@@ -30,9 +39,9 @@ func TestTokenClient(t *testing.T) {
 	if info.Tenant != "t" || info.Principal != "robot" || info.ID == "" {
 		t.Fatalf("token info %+v", info)
 	}
-	cfg := tc.configWith(adminCert)
+	cfg := adminCfg
 	cfg.Certificate, cfg.Token = nil, tok
-	c := tc.dial(t, ctx, cfg)
+	c := tc.Dial(ctx, cfg)
 	s, err := c.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +65,7 @@ func TestTokenClient(t *testing.T) {
 	}
 
 	// Revocation: the session's calls fail at once and it ends.
+	revoked := time.Now()
 	if _, err := operator.New(admin).RevokeToken(ctx, "t", info.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +78,7 @@ func TestTokenClient(t *testing.T) {
 		t.Fatal("the revoked token's session did not end")
 	}
 	// Its lock was released by the expiry.
-	other := tc.session(t, ctx, "other")
+	other := simSession(t, ctx, tc, "other")
 	oh, err := other.Open(ctx, "/t/tok", client.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -76,11 +86,16 @@ func TestTokenClient(t *testing.T) {
 	if _, err := oh.Acquire(ctx, api.LockExclusive); err != nil {
 		t.Fatalf("the revoked session's lock was not released: %v", err)
 	}
+	// The master expired it at the revocation, not its lease running out
+	// (simulated time: the bound is exact).
+	if d := time.Since(revoked); d >= testLease {
+		t.Fatalf("the revoked session's lock was free only %v after the revocation, a whole session lease (%v)", d, testLease)
+	}
 	if _, err := client.Dial(ctx, cfg); !errors.Is(err, api.ErrUnauthenticated) {
 		t.Fatalf("dial with a revoked token: %v; want Unauthenticated", err)
 	}
 	// Both credentials at once are refused by the client itself.
-	both := tc.configWith(adminCert)
+	both := adminCfg
 	both.Token = tok
 	if _, err := client.Dial(ctx, both); !errors.Is(err, client.ErrInvalidConfig) {
 		t.Fatalf("dial with a certificate and a token: %v; want ErrInvalidConfig", err)

@@ -467,8 +467,11 @@ func (c *Client) connReplica() uint64 {
 // moveTo points the client at the master found at addr: if the current
 // connection goes elsewhere (or force is set and nothing was heard on it
 // after since: see dropIfSilent) it is closed (calls in flight on it fail
-// and are retried) and the next call dials addr. It reports whether it
-// moved.
+// and are retried) and the next call dials addr. A dial in progress to
+// another address gives way; one to addr itself is kept, and the client
+// does not move (it is on its way there already: a search that found the
+// master it is dialing must not start that dial over). It reports whether
+// it moved.
 func (c *Client) moveTo(addr string, force bool, since monotime.Time) bool {
 	c.mu.Lock()
 	cc := c.mu.conn
@@ -479,22 +482,32 @@ func (c *Client) moveTo(addr string, force bool, since monotime.Time) bool {
 		c.mu.Unlock()
 		return false
 	}
+	if d := c.mu.dial; cc == nil && d != nil && d.addr == addr {
+		c.mu.Unlock()
+		return false
+	}
 	c.mu.conn = nil
 	c.mu.hint = addr
 	// The master is known to serve there: no backoff before dialing it,
-	// and a dial in progress (perhaps to a dead replica, which takes a
-	// whole handshake timeout to fail) gives way.
+	// and a dial in progress elsewhere (perhaps to a dead replica, which
+	// takes a whole handshake timeout to fail) gives way.
 	c.mu.notBefore = time.Time{}
 	c.mu.moves++
 	// Calls that fail because this closes their connection retry at
 	// once, as after a redirect (redirectedSince).
 	c.mu.redirects++
-	if c.mu.dialCancel != nil {
-		c.mu.dialCancel()
+	d := c.mu.dial
+	if d != nil {
+		d.cancel()
 	}
 	c.mu.Unlock()
 	if cc != nil {
 		_ = cc.Close()
 	}
+	from := ""
+	if cc != nil {
+		from = cc.Addr()
+	}
+	c.log.Debug("client: moving to the master", "master", addr, "from", from, "force", force, "cancelled_dial", d != nil)
 	return true
 }

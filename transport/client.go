@@ -172,18 +172,23 @@ func (c *ClientConn) Context() context.Context { return c.conn.Context() }
 // wrapping ErrEncode if req cannot be encoded or exceeds the frame limit,
 // and otherwise the errors of ClientStream's methods.
 func (c *ClientConn) Call(ctx context.Context, tag uint16, req any) (Frame, error) {
-	b, err := AppendFrame(nil, tag, req, c.max)
+	fb := getFrameBuf()
+	b, err := AppendFrame(fb.b, tag, req, c.max)
+	fb.b = b
 	if err != nil {
+		putFrameBuf(fb)
 		return Frame{}, err
 	}
 	s, err := c.OpenStream(ctx)
 	if err != nil {
+		putFrameBuf(fb)
 		return Frame{}, err
 	}
 	defer s.Close()
 	if err := s.writeRaw(ctx, b); err != nil {
-		return Frame{}, err
+		return Frame{}, err // fb not put back: quic-go may still hold it
 	}
+	putFrameBuf(fb)
 	// NB: the replica may answer and stop reading (STOP_SENDING) before our
 	// FIN leaves, which makes CloseWrite fail although the answer is on its
 	// way: read it regardless, and report the close error only without one.
@@ -205,8 +210,7 @@ func (c *ClientConn) OpenStream(ctx context.Context) (*ClientStream, error) {
 		return nil, err
 	}
 	qs, err := c.conn.OpenStream()
-	var full *quic.StreamLimitReachedError
-	if errors.As(err, &full) {
+	if err != nil && isStreamLimit(err) {
 		qs, err = c.conn.OpenStreamSync(ctx)
 		if err != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("%w (waited for a free stream): %w", ErrStreamLimit, ctx.Err())
@@ -222,6 +226,14 @@ func (c *ClientConn) OpenStream(ctx context.Context) (*ClientStream, error) {
 		return nil, streamErr(err)
 	}
 	return &ClientStream{stream: stream{qs: qs, max: c.max}}, nil
+}
+
+// isStreamLimit reports whether err says the replica's limit of concurrent
+// streams is reached. (Apart from OpenStream so that the target of
+// errors.As escapes to the heap only on this rare path.)
+func isStreamLimit(err error) bool {
+	var full *quic.StreamLimitReachedError
+	return errors.As(err, &full)
 }
 
 // Close closes the connection (ConnCodeClosed) and its socket. Streams in
@@ -252,7 +264,11 @@ type ClientStream struct {
 
 // Close finishes the sending side and resets the unread receiving side
 // (StreamCodeDone): the stream is abandoned without harming the connection.
+// Until Close or Cancel, the stream stays registered with the first
+// cancelable context its reads and writes used (so that it need not
+// register for every frame): close every stream once done with it.
 func (s *ClientStream) Close() error {
+	s.release()
 	err := s.qs.Close()
 	s.qs.CancelRead(StreamCodeDone)
 	return err

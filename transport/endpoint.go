@@ -318,17 +318,21 @@ func (e *Endpoint) Send(to uint64, tag uint16, msg any) error {
 	if e.ctx.Err() != nil {
 		return ErrClosed
 	}
-	frame, err := AppendFrame(nil, tag, msg, e.cfg.MaxPeerFrame)
+	fb := getFrameBuf()
+	frame, err := AppendFrame(fb.b, tag, msg, e.cfg.MaxPeerFrame)
+	fb.b = frame
 	if err != nil {
+		putFrameBuf(fb)
 		return err
 	}
 	v := e.faults.onSend(e.cfg.ID, to)
 	if v.drop {
+		putFrameBuf(fb)
 		e.stats.dropsFault.Add(1)
 		p.dropped.Add(1)
 		return nil
 	}
-	p.enqueue(frame, v)
+	p.enqueueBuf(frame, fb, v)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/lockcell/lockcell/internal/invariants"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -164,6 +165,41 @@ func AppendFrame(dst []byte, tag uint16, v any, max int) ([]byte, error) {
 // lock request, its reply or a Paxos message of a few commands.
 const minFrameBuf = 256
 
+// maxPooledFrameBuf is the largest buffer putFrameBuf keeps: one reply
+// carrying 256 KiB of file contents must not pin that much per pooled
+// buffer, while the frames of lock calls all fit many times over.
+const maxPooledFrameBuf = 16 << 10
+
+// frameBuf is a buffer to encode one frame into before it is written,
+// kept in frameBufs (a pointer, so that putting it back allocates
+// nothing).
+type frameBuf struct{ b []byte }
+
+var frameBufs = sync.Pool{New: func() any { return &frameBuf{b: make([]byte, 0, minFrameBuf)} }}
+
+// getFrameBuf returns an empty buffer from the pool.
+func getFrameBuf() *frameBuf { return frameBufs.Get().(*frameBuf) }
+
+// putFrameBuf returns fb to the pool, unless it grew beyond
+// maxPooledFrameBuf. The caller must not use fb.b afterwards, nor must
+// anything else still hold it (a failed stream Write may).
+func putFrameBuf(fb *frameBuf) {
+	if cap(fb.b) > maxPooledFrameBuf {
+		return
+	}
+	if invariants.Enabled {
+		// Poisoned with msgpack's reserved byte: a frame written from a
+		// buffer after it went back is refused by its reader (a length
+		// far over any limit, a body that is not msgpack).
+		b := fb.b[:cap(fb.b)]
+		for i := range b {
+			b[i] = 0xc1
+		}
+	}
+	fb.b = fb.b[:0]
+	frameBufs.Put(fb)
+}
+
 // appendWriter is an io.Writer that appends to a slice. It is an
 // io.ByteWriter too, which msgpack's encoder writes single bytes to
 // directly; given a plain io.Writer, the encoder wraps it and allocates a
@@ -204,10 +240,16 @@ func WriteFrame(w io.Writer, tag uint16, v any) error {
 // exactly one well-formed msgpack value; and otherwise r's error. After a
 // frame error the stream is out of step and must be abandoned.
 func ReadFrame(r io.Reader, max int) (Frame, error) {
+	var hdr [HeaderLen]byte
+	return readFrame(r, max, &hdr)
+}
+
+// readFrame is ReadFrame with the caller's room for the header, which
+// (passed to r, an interface) would otherwise be allocated on every call.
+func readFrame(r io.Reader, max int, hdr *[HeaderLen]byte) (Frame, error) {
 	if max <= 0 {
 		max = DefaultMaxClientFrame
 	}
-	var hdr [HeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return Frame{}, fmt.Errorf("%w: header cut short", ErrTruncatedFrame)

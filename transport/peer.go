@@ -18,7 +18,10 @@ import (
 
 // outMsg is one encoded frame waiting in a peer queue.
 type outMsg struct {
-	frame     []byte
+	frame []byte
+	// buf is the pooled buffer frame lives in, or nil: it goes back to the
+	// pool once the frame is written or dropped unwritten.
+	buf       *frameBuf
 	due       time.Time // zero: send at once; else held back until then (Faults delay)
 	duplicate bool      // write the frame twice (Faults duplicate)
 }
@@ -60,16 +63,28 @@ func newPeer(e *Endpoint, id uint64, addr string) *peer {
 	return p
 }
 
+// release puts m's buffer, if pooled, back. REQUIRES: m.frame is written
+// (quic-go copied it) or dropped, and nothing refers to it any more.
+func (m outMsg) release() {
+	if m.buf != nil {
+		putFrameBuf(m.buf)
+	}
+}
+
 // enqueue adds one message, dropping the oldest ones while the queue is
 // full by count or by bytes.
-func (p *peer) enqueue(frame []byte, v verdict) {
-	m := outMsg{frame: frame, duplicate: v.duplicate}
+func (p *peer) enqueue(frame []byte, v verdict) { p.enqueueBuf(frame, nil, v) }
+
+// enqueueBuf is enqueue for a frame in a pooled buffer (buf, or nil).
+func (p *peer) enqueueBuf(frame []byte, buf *frameBuf, v verdict) {
+	m := outMsg{frame: frame, buf: buf, duplicate: v.duplicate}
 	if v.delay > 0 {
 		m.due = time.Now().Add(v.delay)
 	}
 	p.mu.Lock()
 	for p.mu.n > 0 && (p.mu.n == len(p.mu.q) || p.mu.bytes+len(frame) > p.e.cfg.PeerQueueBytes) {
 		p.mu.bytes -= len(p.mu.q[p.mu.head].frame)
+		p.mu.q[p.mu.head].release()
 		p.mu.q[p.mu.head] = outMsg{}
 		p.mu.head = (p.mu.head + 1) % len(p.mu.q)
 		p.mu.n--
@@ -280,6 +295,9 @@ func (p *peer) pump(ctx context.Context, conn *quic.Conn) error {
 			p.dropped.Add(uint64(len(batch)))
 			return err
 		}
+		for _, m := range batch {
+			m.release() // written: quic-go has copied the frame
+		}
 		clear(batch) // drop references to the frames
 		e.stats.peerFramesSent.Add(uint64(frames))
 		e.stats.peerBytesSent.Add(uint64(bytes))
@@ -338,8 +356,9 @@ func (e *Endpoint) servePeer(conn *quic.Conn, id uint64) {
 // returns an error when the connection must be abandoned.
 func (e *Endpoint) readPeerStream(conn *quic.Conn, s *quic.Stream, from uint64) error {
 	br := bufio.NewReaderSize(s, 64<<10)
+	var hdr [HeaderLen]byte // one for the stream, not one per frame
 	for {
-		f, err := ReadFrame(br, e.cfg.MaxPeerFrame)
+		f, err := readFrame(br, e.cfg.MaxPeerFrame, &hdr)
 		if err != nil {
 			if isFrameError(err) {
 				e.stats.badFrames.Add(1)

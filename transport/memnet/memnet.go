@@ -64,6 +64,7 @@ func (n *Network) Listen(addr string) (*Conn, error) {
 	c := &Conn{
 		net:    n,
 		addr:   ap,
+		udp:    net.UDPAddrFromAddrPort(ap),
 		in:     make(chan datagram, queueLen),
 		closed: make(chan struct{}),
 	}
@@ -110,15 +111,48 @@ func (n *Network) remove(c *Conn) {
 	}
 }
 
+// datagram is one datagram in flight. Its bytes are a pooled buffer (see
+// getBuf) that the receiver puts back once ReadFrom has copied it, or that
+// is put back where the datagram is lost.
 type datagram struct {
-	b    []byte
-	from netip.AddrPort
+	b    *[]byte
+	from *net.UDPAddr // the sender's Conn.udp
+}
+
+// maxPooledDatagram is the largest datagram whose buffer is pooled: QUIC's
+// packets stay well below it.
+const maxPooledDatagram = 2048
+
+// bufs holds *[]byte of capacity maxPooledDatagram, so that sending a
+// datagram copies it without allocating.
+var bufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, maxPooledDatagram)
+	return &b
+}}
+
+// getBuf returns a buffer holding a copy of p.
+func getBuf(p []byte) *[]byte {
+	if len(p) > maxPooledDatagram {
+		b := append([]byte(nil), p...)
+		return &b
+	}
+	b := bufs.Get().(*[]byte)
+	*b = append((*b)[:0], p...)
+	return b
+}
+
+// putBuf returns b to the pool; nothing may use it afterwards.
+func putBuf(b *[]byte) {
+	if cap(*b) == maxPooledDatagram {
+		bufs.Put(b)
+	}
 }
 
 // Conn is one endpoint of a Network; it implements net.PacketConn.
 type Conn struct {
 	net       *Network
 	addr      netip.AddrPort
+	udp       *net.UDPAddr // addr, made once: the From of every datagram this Conn sends
 	in        chan datagram
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -128,7 +162,8 @@ type Conn struct {
 var _ net.PacketConn = (*Conn)(nil)
 
 // ReadFrom reads the next datagram. It returns os.ErrDeadlineExceeded after
-// the read deadline and net.ErrClosed after Close.
+// the read deadline and net.ErrClosed after Close. The address it returns
+// is shared by all datagrams from one sender: do not modify it.
 func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
 	select {
 	case <-c.closed:
@@ -137,8 +172,9 @@ func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
 	}
 	select {
 	case d := <-c.in:
-		n := copy(p, d.b)
-		return n, net.UDPAddrFromAddrPort(d.from), nil
+		n := copy(p, *d.b)
+		putBuf(d.b)
+		return n, d.from, nil
 	case <-c.closed:
 		return 0, nil, net.ErrClosed
 	case <-c.rd.wait():
@@ -160,23 +196,27 @@ func (c *Conn) WriteTo(p []byte, addr net.Addr) (int, error) {
 	}
 	to := ua.AddrPort()
 	to = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
-	d := datagram{b: append([]byte(nil), p...), from: c.addr}
-	deliver := func() {
-		dst := c.net.route(c.addr, to)
-		if dst == nil {
-			return
-		}
-		select {
-		case dst.in <- d:
-		default: // receiver queue full: lost, as on a real network
-		}
-	}
+	d := datagram{b: getBuf(p), from: c.udp}
 	if c.net.Latency > 0 {
-		time.AfterFunc(c.net.Latency, deliver)
+		time.AfterFunc(c.net.Latency, func() { c.deliver(to, d) })
 	} else {
-		deliver()
+		c.deliver(to, d)
 	}
 	return len(p), nil
+}
+
+// deliver queues d for the Conn at to, or loses it.
+func (c *Conn) deliver(to netip.AddrPort, d datagram) {
+	dst := c.net.route(c.addr, to)
+	if dst == nil {
+		putBuf(d.b)
+		return
+	}
+	select {
+	case dst.in <- d:
+	default: // receiver queue full: lost, as on a real network
+		putBuf(d.b)
+	}
 }
 
 // Close closes the Conn and frees its address.

@@ -1,6 +1,7 @@
 package memnet
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os"
@@ -84,4 +85,57 @@ func TestMemnet(t *testing.T) {
 			t.Fatalf("latency %v", d)
 		}
 	})
+}
+
+// TestMemnetDatagramsIntact: queued datagrams keep their bytes while the
+// sender reuses its buffer and the pooled copies are recycled, for
+// datagrams of every size up to and past the pooled size, with and without
+// latency, and with some lost to a full queue.
+func TestMemnetDatagramsIntact(t *testing.T) {
+	for _, latency := range []time.Duration{0, time.Millisecond} {
+		synctest.Test(t, func(t *testing.T) {
+			n := Network{Latency: latency}
+			a, _ := n.Listen("10.0.0.1:1")
+			b, _ := n.Listen("10.0.0.2:1")
+			full, _ := n.Listen("10.0.0.3:1")
+			send := make([]byte, 3*maxPooledDatagram)
+			// Datagram i starts with i, so that it is known however the
+			// timers of a latency deliver it.
+			want := func(i int) []byte {
+				k := 2 + i*37%(3*maxPooledDatagram-2)
+				for j := range send[:k] {
+					send[j] = byte(i*7 + j)
+				}
+				send[0], send[1] = byte(i>>8), byte(i)
+				return send[:k]
+			}
+			const count = 300
+			for i := range count {
+				if _, err := a.WriteTo(want(i), b.LocalAddr()); err != nil {
+					t.Fatal(err)
+				}
+				// A receiver that never reads: past queueLen its datagrams
+				// are lost, and their buffers go back to the pool.
+				for range queueLen/count + 2 {
+					a.WriteTo(want(i), full.LocalAddr())
+				}
+			}
+			buf := make([]byte, 4*maxPooledDatagram)
+			seen := map[int]bool{}
+			for range count {
+				k, from, err := b.ReadFrom(buf)
+				if err != nil || from.String() != "10.0.0.1:1" || k < 2 {
+					t.Fatalf("%d bytes from %v: %v", k, from, err)
+				}
+				i := int(buf[0])<<8 | int(buf[1])
+				if w := want(i); i >= count || seen[i] || !bytes.Equal(buf[:k], w) {
+					t.Fatalf("datagram %d: %d bytes, a repeat or unlike the %d sent", i, k, len(w))
+				}
+				seen[i] = true
+			}
+			if len(seen) != count {
+				t.Fatalf("%d datagrams checked, want %d", len(seen), count)
+			}
+		})
+	}
 }
