@@ -1,12 +1,12 @@
 package cell_test
 
 import (
-	"runtime/debug"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
+	"github.com/lockcell/lockcell/internal/watchdog"
 )
 
 // TestKeepAliveStreamWriterWaitsDurably: a KeepAlive stream whose client
@@ -23,17 +23,7 @@ import (
 // test, and every goroutine's stack, if the simulated second below takes
 // more than two minutes of real time.
 func TestKeepAliveStreamWriterWaitsDurably(t *testing.T) {
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-done:
-		case <-time.After(2 * time.Minute):
-			debug.SetTraceback("all")
-			panic("TestKeepAliveStreamWriterWaitsDurably: the simulated clock stood still for 2 min of real time: " +
-				"a KeepAlive stream writer waits for its turn non-durably")
-		}
-	}()
+	defer watchdog.Start(t.Name(), 2*time.Minute, "a KeepAlive stream writer waits for its turn non-durably")()
 	synctest.Test(t, func(t *testing.T) {
 		_, ctx, _, _, b, s := kaStreamSetup(t)
 		// Entries for bob's session on alice's stream are each refused

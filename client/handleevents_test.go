@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/cell/celltest"
 	"github.com/lockcell/lockcell/client"
+	"github.com/lockcell/lockcell/internal/watchdog"
 )
 
 // TestCloseKeepsOtherHandlesEvents opens handles on one node in one
@@ -88,17 +88,7 @@ func testCloseKeepsOtherHandlesEvents(t *testing.T) {
 // the process with a message naming this test if the simulated minute
 // below takes more than two minutes of real time.
 func TestOpenWaitingForPathGivesUp(t *testing.T) {
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-done:
-		case <-time.After(2 * time.Minute):
-			debug.SetTraceback("all")
-			panic("TestOpenWaitingForPathGivesUp: the simulated clock stood still for 2 min of real time: " +
-				"an Open waits for its path's turn non-durably")
-		}
-	}()
+	defer watchdog.Start(t.Name(), 2*time.Minute, "an Open waits for its path's turn non-durably")()
 	synctest.Test(t, func(t *testing.T) {
 		tc := celltest.Start(t, celltest.Options{Replicas: 3})
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -325,14 +325,7 @@ const (
 // enter takes path's gate, or returns ctx's error if ctx ends first.
 func (o *orphanGrants) enter(ctx context.Context, path string) (*orphanPath, error) {
 	o.mu.Lock()
-	if o.paths == nil {
-		o.paths = map[string]*orphanPath{}
-	}
-	p := o.paths[path]
-	if p == nil {
-		p = &orphanPath{gate: newChanLock()}
-		o.paths[path] = p
-	}
+	p := o.pathLocked(path)
 	p.users++
 	o.mu.Unlock()
 	if err := p.gate.lock(ctx); err != nil {
@@ -356,6 +349,20 @@ func (o *orphanGrants) done(path string, p *orphanPath) {
 	o.mu.Unlock()
 }
 
+// pathLocked returns path's entry, made if there is none. REQUIRES: o.mu
+// held.
+func (o *orphanGrants) pathLocked(path string) *orphanPath {
+	if o.paths == nil {
+		o.paths = map[string]*orphanPath{}
+	}
+	p := o.paths[path]
+	if p == nil {
+		p = &orphanPath{gate: newChanLock()}
+		o.paths[path] = p
+	}
+	return p
+}
+
 // REQUIRES: o.mu held.
 func (o *orphanGrants) dropIfIdleLocked(path string, p *orphanPath) {
 	if p.users == 0 && p.unsure == nil && !p.looking && o.paths[path] == p {
@@ -370,14 +377,7 @@ func (o *orphanGrants) cancelled(h *Handle, epoch uint64) {
 	hd := h.h
 	hd.Events = 0
 	o.mu.Lock()
-	if o.paths == nil {
-		o.paths = map[string]*orphanPath{}
-	}
-	p := o.paths[path]
-	if p == nil {
-		p = &orphanPath{gate: newChanLock()}
-		o.paths[path] = p
-	}
+	p := o.pathLocked(path)
 	if p.unsure == nil || p.unsure.epoch <= epoch {
 		p.unsure = &cancelledAcquire{epoch: epoch, h: hd}
 	}
