@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,52 +14,60 @@ import (
 
 // BenchmarkOpenSessions: the cost of opening a session on a whole cell in
 // this process (five replicas with real Paxos and Pebble on the simulated
-// network of transport/memnet, and one client), as the benchmark harness
-// opens them: 192 NewSession calls in flight on one Client, which shares
-// CreateSessions calls between them. ns/op is the wall time of one open
-// with all six parts sharing the machine's CPUs, so it is a CPU cost only
-// on an otherwise idle machine; allocs/op and B/op count every
-// allocation of the cell and the client per open and do not depend on the
-// machine's load. sessions/slot is how many creations shared a Paxos slot.
-// The sessions stay open (their KeepAlives run) until the benchmark ends,
-// as a user's do. Compare runs of the same size:
+// network of transport/memnet, and its clients), as the benchmark harness
+// opens them (bench/lockcell.go OpenSessions): on 8 connections (Clients)
+// at once, each with a number of NewSession calls in flight (24, the
+// harness's, and 64), which a Client joins into CreateSessions calls.
+// ns/op is the wall time of one open with every part sharing the
+// machine's CPUs and disk, so it is a cost only on an otherwise idle
+// machine; allocs/op and B/op count every allocation of the cell and the
+// clients per open and do not depend on the machine's load.
+// sessions/slot is how many creations shared a Paxos slot. The sessions
+// stay open (their KeepAlives run) until the benchmark ends, as a user's
+// do. Compare runs of the same size:
 //
-//	go test -run '^$' -bench BenchmarkOpenSessions -benchtime 4000x -benchmem ./client/
+//	go test -run '^$' -bench BenchmarkOpenSessions -benchtime 8000x -benchmem ./client/
 func BenchmarkOpenSessions(b *testing.B) {
+	for _, perConn := range []int{24, 64} {
+		b.Run(fmt.Sprintf("conns=8/inflight=%d", perConn), func(b *testing.B) { benchOpenSessions(b, 8, perConn) })
+	}
+}
+
+func benchOpenSessions(b *testing.B, conns, perConn int) {
 	c := celltest.Start(b, celltest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cl := c.Dial(ctx, c.ClientConfig("", "alice"))
+	clients := make([]*client.Client, conns)
+	for i := range clients {
+		clients[i] = c.Dial(ctx, c.ClientConfig("", fmt.Sprintf("p%d", i)))
+	}
 	m := c.Master()
 	if m == nil {
 		b.Fatal("no master")
 	}
 	before := m.Status()
-	const inFlight = 192
 	var (
 		left   atomic.Int64
 		failed atomic.Pointer[error]
-		mu     sync.Mutex
-		held   []*client.Session
+		opened atomic.Int64
 		wg     sync.WaitGroup
+		held   = make([][]*client.Session, conns*perConn)
 	)
 	left.Store(int64(b.N))
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range inFlight {
+	for i := range conns * perConn {
+		cl := clients[i%conns]
 		wg.Go(func() {
-			var mine []*client.Session
 			for left.Add(-1) >= 0 {
 				s, err := cl.NewSession(ctx)
 				if err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
-				mine = append(mine, s)
+				held[i] = append(held[i], s)
+				opened.Add(1)
 			}
-			mu.Lock()
-			held = append(held, mine...)
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -69,8 +78,8 @@ func BenchmarkOpenSessions(b *testing.B) {
 	after := m.Status()
 	slots := after.Chosen - before.Chosen
 	// Floors: every open made a session the master holds, through Paxos.
-	if len(held) != b.N || after.Sessions < b.N || slots == 0 {
-		b.Fatalf("%d sessions opened of %d, the master holds %d, %d slots", len(held), b.N, after.Sessions, slots)
+	if opened.Load() != int64(b.N) || after.Sessions < b.N || slots == 0 {
+		b.Fatalf("%d sessions opened of %d, the master holds %d, %d slots", opened.Load(), b.N, after.Sessions, slots)
 	}
 	b.ReportMetric(float64(b.N)/float64(slots), "sessions/slot")
 }
