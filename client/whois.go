@@ -271,7 +271,7 @@ const searchStagger = 250 * time.Millisecond
 // the search: first the client's own connection, if it has one that is
 // not to the master it distrusts; then the replica whose answer named the
 // master last time (it was in touch with the cell then); then the others,
-// from a random one on. The next is asked when none asked so far can
+// from a random one on, those it can resume a TLS session with first. The next is asked when none asked so far can
 // help: the one asked last has not answered within searchStagger (down,
 // or too busy to handshake), failed, or answered that it is out of touch
 // with a quorum of the cell (not counting except), so that it could not
@@ -424,8 +424,9 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 // searchOrder returns the connection a search may ask on (the client's
 // own, unless it goes to except or skip; nil if none) and the addresses
 // to ask, in order: that connection's, the replica that named the master
-// last, then Config.Addrs from a random one on. With except set, skip
-// (except's address) is left out.
+// last, then Config.Addrs from a random one on, those the client holds a
+// TLS session of first. With except set, skip (except's address) is left
+// out.
 func (c *Client) searchOrder(except uint64, skip string) (*transport.ClientConn, []string) {
 	c.mu.Lock()
 	own, namer := c.mu.conn, c.mu.lastNamer
@@ -445,8 +446,15 @@ func (c *Client) searchOrder(except uint64, skip string) (*transport.ClientConn,
 	add(namer)
 	addrs := c.cfg.Addrs
 	start := rand.N(len(addrs))
-	for i := range addrs {
-		add(addrs[(start+i)%len(addrs)])
+	// NB: replicas the client holds a TLS session of first: asking them
+	// costs a resumed handshake, not a full one.
+	for _, resumable := range []bool{true, false} {
+		for i := range addrs {
+			a := addrs[(start+i)%len(addrs)]
+			if transport.SessionCached(c.cfg.sessions, a, c.cfg.Certificate) == resumable {
+				add(a)
+			}
+		}
 	}
 	return own, order
 }

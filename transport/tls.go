@@ -378,6 +378,17 @@ func sessionCacheFor(inner tls.ClientSessionCache, addr string, cert *tls.Certif
 	return keyedSessionCache{inner: inner, key: "lockcell " + addr + " " + who}
 }
 
+// SessionCached reports whether cache holds a session of the replica at
+// addr for a client with cert (nil: none), so that a Dial to addr with
+// that cache and certificate would offer to resume it.
+func SessionCached(cache tls.ClientSessionCache, addr string, cert *tls.Certificate) bool {
+	if cache == nil {
+		return false
+	}
+	cs, ok := sessionCacheFor(cache, addr, cert).Get("")
+	return ok && cs != nil
+}
+
 // Get returns the session of this cache's address and certificate; the
 // key crypto/tls asks for is ignored.
 func (k keyedSessionCache) Get(string) (*tls.ClientSessionState, bool) { return k.inner.Get(k.key) }
