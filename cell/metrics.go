@@ -191,7 +191,7 @@ type transportCollector struct {
 	stats func() (transport.Stats, bool)
 }
 
-var transportDesc = prometheus.NewDesc("lockcell_transport_events_total", "Transport counters (bytes, frames, drops, reconnects, refusals).", []string{"counter"}, nil)
+var transportDesc = prometheus.NewDesc("lockcell_transport_events_total", "Transport counters (bytes, frames, drops, reconnects, refusals, client handshakes full and resumed).", []string{"counter"}, nil)
 
 func (transportCollector) Describe(ch chan<- *prometheus.Desc) { ch <- transportDesc }
 
