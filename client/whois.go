@@ -394,7 +394,9 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 		}
 		if found != "" {
 			var cc *transport.ClientConn
-			if found == a.addr && a.cc != nil && a.cc.Context().Err() == nil {
+			// NB: not the client's own connection (own): the client has
+			// it already, or has moved on from it.
+			if found == a.addr && a.cc != nil && a.cc != own && a.cc.Context().Err() == nil {
 				cc = a.cc
 				keep.Store(cc)
 			}
