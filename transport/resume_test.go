@@ -254,3 +254,46 @@ func TestTicketsOff(t *testing.T) {
 		}
 	})
 }
+
+// TestResumptionReverifiesClient: a session does not vouch for a client
+// certificate that the replica's client CA no longer does (as after the
+// CA was replaced): the replica checks the certificate the session
+// carries again, and refuses it.
+func TestResumptionReverifiesClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, 1)
+		h := &identityHandler{}
+		e := s.start(1, func(c *Config) { c.ClientHandler = h.serve })
+		defer s.closeAll()
+		cache := newCountingCache()
+		alice := s.clientCert("t", "alice")
+		c1, err := dialCached(t, s, cache, alice, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1.Close()
+		synctest.Wait()
+		// NB: no handshake is under way; the next one reads the new pool.
+		e.cfg.ClientCA = otherCA(t).Pool()
+		pc := s.clientConn("10.1.0.1")
+		c2, err := Dial(context.Background(), DialConfig{Addrs: []string{simAddr(1)}, CA: s.ca.Pool(), PacketConn: pc,
+			Logger: testLogger(), Certificate: alice, SessionCache: cache})
+		if err == nil {
+			defer c2.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err = c2.Call(ctx, 7, testMsg{Seq: 2}); err == nil {
+				t.Fatalf("a client whose certificate the replica's CA no longer vouches for was served (resumed %v, as %v)", c2.Resumed(), h.last())
+			}
+		}
+		synctest.Wait()
+		st := e.Stats()
+		if st.RefusedHandshakes != 1 {
+			t.Fatalf("replica refused %d handshakes, want 1 (error %v)", st.RefusedHandshakes, err)
+		}
+		// Floor: the first connection was served, the second not.
+		if n := len(h.ids); n != 1 {
+			t.Fatalf("%d calls served, want 1", n)
+		}
+	})
+}
