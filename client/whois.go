@@ -314,10 +314,10 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 		helps          // answered, in touch with a quorum
 		useless        // failed, or out of touch
 	)
-	state := map[string]int{}
-	var queue []string // known, not asked yet, in order
-	known := func(a string) bool { return slices.Contains(queue, a) || state[a] != 0 || a == "" }
-	launched := map[string]bool{}
+	state := map[string]int{}     // of the replicas asked
+	launched := map[string]bool{} // the replicas asked
+	var queue []string            // known, not asked yet, in order
+	known := func(a string) bool { return a == "" || launched[a] || slices.Contains(queue, a) }
 	for _, a := range order {
 		if !slices.Contains(queue, a) {
 			queue = append(queue, a)
@@ -349,8 +349,8 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 		askNext()
 	}
 	anyHelps := func() bool {
-		for a, st := range state {
-			if launched[a] && st == helps {
+		for _, st := range state {
+			if st == helps {
 				return true
 			}
 		}
