@@ -403,6 +403,8 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 			c.mu.Lock()
 			c.mu.lastNamer = a.addr
 			c.mu.Unlock()
+			c.log.Debug("client: the search found the master", "master", found, "named_by", a.addr,
+				"replicas_asked", len(launched), "search_conn_kept", cc != nil)
 			return found, cc, nil
 		}
 		if except == 0 && a.err == nil && a.st.Master != 0 && a.st.Master != a.st.Replica {
