@@ -191,7 +191,7 @@ type transportCollector struct {
 	stats func() (transport.Stats, bool)
 }
 
-var transportDesc = prometheus.NewDesc("lockcell_transport_events_total", "Transport counters (bytes, frames, drops, reconnects, refusals).", []string{"counter"}, nil)
+var transportDesc = prometheus.NewDesc("lockcell_transport_events_total", "Transport counters (bytes, frames, drops, reconnects, refusals, client handshakes full and resumed).", []string{"counter"}, nil)
 
 func (transportCollector) Describe(ch chan<- *prometheus.Desc) { ch <- transportDesc }
 
@@ -213,6 +213,7 @@ func (c transportCollector) Collect(ch chan<- prometheus.Metric) {
 		{"dials", s.Dials}, {"dial_failures", s.DialFailures}, {"reconnects", s.Reconnects},
 		{"refused_handshakes", s.RefusedHandshakes}, {"refused_conn_limit", s.RefusedConnLimit},
 		{"bad_frames", s.BadFrames},
+		{"client_handshakes_full", s.ClientFullHandshakes}, {"client_handshakes_resumed", s.ClientResumed},
 	} {
 		ch <- prometheus.MustNewConstMetric(transportDesc, prometheus.CounterValue, float64(kv.v), kv.name)
 	}

@@ -59,7 +59,7 @@ func TestMetricsFromSources(t *testing.T) {
 		sessions:  func() int { return sessions },
 		locksHeld: func() int { return locks },
 		transport: func() (transport.Stats, bool) {
-			return transport.Stats{PeerFramesSent: 5, BadFrames: 3, Reconnects: 2}, up
+			return transport.Stats{PeerFramesSent: 5, BadFrames: 3, Reconnects: 2, ClientFullHandshakes: 7, ClientResumed: 11}, up
 		},
 	})
 	m.observeRPC("a", api.MethodCreateSession, nil, time.Millisecond)
@@ -108,9 +108,11 @@ func TestMetricsFromSources(t *testing.T) {
 	check(map[string]float64{
 		"lockcell_sessions":   3,
 		"lockcell_locks_held": 1,
-		"lockcell_transport_events_total{counter=peer_frames_sent}": 5,
-		"lockcell_transport_events_total{counter=bad_frames}":       3,
-		"lockcell_transport_events_total{counter=reconnects}":       2,
+		"lockcell_transport_events_total{counter=peer_frames_sent}":          5,
+		"lockcell_transport_events_total{counter=bad_frames}":                3,
+		"lockcell_transport_events_total{counter=reconnects}":                2,
+		"lockcell_transport_events_total{counter=client_handshakes_full}":    7,
+		"lockcell_transport_events_total{counter=client_handshakes_resumed}": 11,
 	})
 
 	// With no sources, only the counters are there.

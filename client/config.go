@@ -106,6 +106,14 @@ type Config struct {
 	// fresh one on every call.
 	PacketConn func() (net.PacketConn, error)
 
+	// sessions keeps the TLS session tickets the replicas gave, so that
+	// the next connection to a replica (a fail-over's search, the dial to
+	// the new master) resumes instead of making a full handshake; counts
+	// counts the connections made. Both are made by populate and shared
+	// by every copy of the populated Config (one Client's).
+	sessions tls.ClientSessionCache
+	counts   *connCounters
+
 	// clock is the monotonic clock of the sessions' lease accounting,
 	// KeepAlive timers and grace period. It is not a user setting (a wrong
 	// clock breaks mutual exclusion); only this package's tests set it. If
@@ -171,6 +179,14 @@ func (c Config) populate() (Config, error) {
 	}
 	if c.clock == nil {
 		c.clock = monotime.Real()
+	}
+	if c.sessions == nil {
+		// One ticket per replica address (and some to spare for
+		// addresses learned from the replicas' answers).
+		c.sessions = tls.NewLRUClientSessionCache(2*len(c.Addrs) + 8)
+	}
+	if c.counts == nil {
+		c.counts = &connCounters{}
 	}
 	return c, nil
 }

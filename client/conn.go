@@ -73,6 +73,9 @@ type Client struct {
 		// whois.go), lookups the number of searches started.
 		look    *lookup
 		lookups uint64
+		// lastNamer is the address of the replica whose answer named the
+		// master at the last search's end: the next search asks it first.
+		lastNamer string
 		// probe is the connection a liveness probe is under way on (nil
 		// if none; whois.go), probes the number of probes sent.
 		probe  *transport.ClientConn
@@ -469,7 +472,7 @@ func (c *Client) dial(ctx context.Context, addrs []string, start int, delay time
 func (c *Client) dialConfig(ctx context.Context, dc transport.DialConfig) (*transport.ClientConn, error) {
 	dc.CA, dc.Certificate, dc.Logger = c.cfg.CA, c.cfg.Certificate, c.log
 	dc.HandshakeTimeout, dc.IdleTimeout = c.cfg.HandshakeTimeout, c.cfg.IdleTimeout
-	dc.LocalAddr = c.cfg.LocalAddr
+	dc.LocalAddr, dc.SessionCache = c.cfg.LocalAddr, c.cfg.sessions
 	if c.cfg.PacketConn != nil {
 		pc, err := c.cfg.PacketConn()
 		if err != nil {
@@ -477,7 +480,9 @@ func (c *Client) dialConfig(ctx context.Context, dc transport.DialConfig) (*tran
 		}
 		dc.PacketConn = pc
 	}
-	return transport.Dial(ctx, dc)
+	cc, err := transport.Dial(ctx, dc)
+	c.cfg.counts.dialed(cc)
+	return cc, err
 }
 
 // drainGrace bounds how long a connection retired by a redirect stays

@@ -29,7 +29,7 @@ func dialReplica(ctx context.Context, cfg Config, addr string) (*transport.Clien
 	dc := transport.DialConfig{
 		Addrs: []string{addr}, CA: cfg.CA, Certificate: cfg.Certificate,
 		HandshakeTimeout: cfg.HandshakeTimeout, IdleTimeout: cfg.IdleTimeout, Logger: cfg.Logger,
-		LocalAddr: cfg.LocalAddr,
+		LocalAddr: cfg.LocalAddr, SessionCache: cfg.sessions,
 	}
 	if cfg.PacketConn != nil {
 		pc, err := cfg.PacketConn()
@@ -38,7 +38,9 @@ func dialReplica(ctx context.Context, cfg Config, addr string) (*transport.Clien
 		}
 		dc.PacketConn = pc
 	}
-	return transport.Dial(ctx, dc)
+	cc, err := transport.Dial(ctx, dc)
+	cfg.counts.dialed(cc)
+	return cc, err
 }
 
 // cellStatusOn asks for the CellStatus on cc (token: the tenant token to

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -29,16 +31,16 @@ import (
 // without naming a successor (a master that stepped down or lost its lease
 // answers its parked KeepAlives NotMaster at once).
 //
-// A suspect master starts a look-up: every replica is asked at once, on a
-// connection of its own, "who is master, other than X?"
-// (api.CellStatusRequest.Except), and each holds the question until it
-// knows another master, which it learns from Paxos at the election. The
-// first answer moves the client there and sends every session's KeepAlive
-// at once, so the client reaches a new master within a round trip of its
+// A suspect master starts a look-up: a replica (one at a time, as few as
+// it takes: findServingMaster) is asked "who is master, other than X?"
+// (api.CellStatusRequest.Except), and holds the question until it knows
+// another master, which it learns from Paxos at the election. The first
+// answer moves the client there and sends every session's KeepAlive at
+// once, so the client reaches a new master within a round trip of its
 // election, although the old one was suspected long before. A master that
-// is merely slow costs one parked question per replica, never a move: a
-// reply heard from it ends the look-up, and there is one look-up per
-// client at a time, however many calls and sessions have reason to look.
+// is merely slow costs one parked question, never a move: a reply heard
+// from it ends the look-up, and there is one look-up per client at a
+// time, however many calls and sessions have reason to look.
 //
 // None of this touches the lease rules: the lease is still counted from a
 // KeepAlive's send, shortened by the drift bound, and only a reply extends
@@ -74,6 +76,8 @@ type statusAnswer struct {
 	addr string
 	st   api.CellStatusResponse
 	err  error
+	// cc is the connection the answer came on (nil after a failure).
+	cc *transport.ClientConn
 }
 
 // noteStatus learns what a replica's status tells every connection: the
@@ -108,8 +112,8 @@ func (c *Client) lookupDialTimeout() time.Duration {
 
 // Looking up the master: one search per client at a time.
 //
-// A search (findServingMaster) costs a connection to every replica, so a
-// client runs at most one at a time, however many of its sessions or
+// A search (findServingMaster) costs a connection or two, so a client
+// runs at most one at a time, however many of its sessions or
 // calls have reason to look: the first starts it, the others join it, and
 // all of them learn its result. It ends when it finds the master, when
 // the last party that waits for it leaves, or (for one started because a
@@ -150,10 +154,10 @@ func (c *Client) joinLookupLocked(except uint64, skip string, suspect *transport
 	c.mu.look = lk
 	c.mu.lookups++
 	go func() {
-		addr, err := c.findServingMaster(ctx, except, skip)
+		addr, cc, err := c.findServingMaster(ctx, except, skip)
 		moved := false
 		if err == nil {
-			moved = c.moveTo(addr, false, 0) // since matters only with force
+			moved = c.adoptOrMove(addr, cc)
 			if moved {
 				c.log.Info("client: moved to the master the replicas named", "master", addr, "was", except)
 				c.nudgeSessions()
@@ -201,7 +205,7 @@ func (c *Client) suspect(cc *transport.ClientConn, sent monotime.Time) {
 	}
 	c.joinLookupLocked(cc.ReplicaID(), cc.Addr(), cc)
 	c.mu.Unlock()
-	c.log.Info("client: a call to the master went unanswered for half the master lease; asking every replica who the master is",
+	c.log.Info("client: a call to the master went unanswered for half the master lease; asking the replicas who the master is",
 		"master", cc.Addr(), "after", c.suspectAfter())
 }
 
@@ -254,76 +258,233 @@ func (c *Client) nudgeSessions() {
 	}
 }
 
-// findServingMaster asks every replica in parallel, again and again, until
-// one answers that it serves as master, and returns the address it was
-// reached at. Each replica is asked on a connection of its own that lasts
-// the search, so a search costs one handshake per replica.
+// searchStagger is how long a search waits for the replica it asked to
+// answer before it asks the next one too: a replica that is down (its
+// handshake is never answered) costs a search this much.
+const searchStagger = 250 * time.Millisecond
+
+// findServingMaster looks for the serving master and returns the address
+// it was reached at, with the search's connection to it if the search
+// asked the master itself (the caller owns it then; nil otherwise).
 //
-// With except set (the master the client no longer trusts), each question
-// is a long-poll (api.CellStatusRequest.Except) that the replica answers
-// as soon as it knows a master other than except, and the first answer
-// naming one decides: the client hears of the new master within a round
-// trip of the election. The address skip (except's) is not asked.
+// It asks as few replicas as it can, each on one connection that lasts
+// the search: first the client's own connection, if it has one that is
+// not to the master it distrusts; then the replica whose answer named the
+// master last time (it was in touch with the cell then); then the others,
+// from a random one on, those it can resume a TLS session with first. The next is asked when none asked so far can
+// help: the one asked last has not answered within searchStagger (down,
+// or too busy to handshake), failed, or answered that it is out of touch
+// with a quorum of the cell (not counting except), so that it could not
+// learn of a new master. A replica in touch with a quorum is asked again
+// and again, alone. So a search costs the cell one handshake, or none
+// (and a resumed one, transport.DialConfig.SessionCache), rather than one
+// per replica: in a fail-over of a thousand clients that is the
+// difference between a thousand handshakes and five thousand, on
+// machines busy taking over.
 //
-// Without except, the answer is taken once a majority of the replicas
-// have answered (so that a newer master known to the majority is not
-// missed), or every replica has answered or failed; among several
-// claiming to serve (an old master that has not yet noticed its lease
-// ended) the highest epoch wins.
+// What was tried: asking every replica at once. It found the master a
+// round trip sooner in the rare case where the first replica asked was
+// down, and otherwise cost every replica, the new master too, a full
+// handshake per client per fail-over.
+//
+// With except set (the master the client no longer trusts), the first
+// question to a replica is answered at once, and the next ones are
+// long-polls (api.CellStatusRequest.Except) that the replica answers as
+// soon as it knows a master other than except, so the client hears of
+// the new master within a round trip of the election. The first answer
+// naming one decides. The address skip (except's) is not asked.
+//
+// Without except, a replica that serves as master decides; one that
+// names another replica as master has that one asked at once.
 //
 // Replicas are Config.Addrs and every address the answers list, so a
 // client given only some of the replicas still finds a master among the
 // others. It returns ctx's error (wrapped) if ctx ends first, ErrClosed
 // once the client is closed.
-func (c *Client) findServingMaster(ctx context.Context, except uint64, skip string) (string, error) {
+func (c *Client) findServingMaster(ctx context.Context, except uint64, skip string) (string, *transport.ClientConn, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	answers := make(chan statusAnswer, 16)
-	var addrs []string
-	ask := func(a string) {
-		if except != 0 && a == skip {
+	// keep is the connection the caller takes over: the askers do not
+	// close it when the search ends.
+	var keep atomic.Pointer[transport.ClientConn]
+	own, order := c.searchOrder(except, skip)
+	const (
+		pending = iota // asked, no answer yet
+		helps          // answered, in touch with a quorum
+		useless        // failed, or out of touch
+	)
+	state := map[string]int{}     // of the replicas asked
+	launched := map[string]bool{} // the replicas asked
+	var queue []string            // known, not asked yet, in order
+	known := func(a string) bool { return a == "" || launched[a] || slices.Contains(queue, a) }
+	for _, a := range order {
+		if !slices.Contains(queue, a) {
+			queue = append(queue, a)
+		}
+	}
+	askNext := func() bool {
+		if len(queue) == 0 {
+			return false
+		}
+		a := queue[0]
+		queue = queue[1:]
+		launched[a] = true
+		state[a] = pending
+		var borrowed *transport.ClientConn
+		if own != nil && own.Addr() == a {
+			borrowed = own
+		}
+		go c.pollStatus(sctx, a, except, answers, borrowed, &keep)
+		return true
+	}
+	// askFirst moves a (a master named by an answer) to the head of the
+	// queue and asks it now.
+	askFirst := func(a string) {
+		if launched[a] || (except != 0 && a == skip) {
 			return
 		}
-		if !slices.Contains(addrs, a) {
-			addrs = append(addrs, a)
-			go c.pollStatus(sctx, a, except, answers)
+		queue = slices.DeleteFunc(queue, func(q string) bool { return q == a })
+		queue = append([]string{a}, queue...)
+		askNext()
+	}
+	anyHelps := func() bool {
+		for _, st := range state {
+			if st == helps {
+				return true
+			}
 		}
+		return false
 	}
-	for _, a := range c.cfg.Addrs {
-		ask(a)
-	}
-	latest := map[string]statusAnswer{}
+	stagger := max(min(searchStagger, c.lookupDialTimeout()/2), 50*time.Millisecond)
+	timer := time.NewTimer(stagger)
+	defer timer.Stop()
+	askNext()
 	var last error = errNoServingMaster
 	for {
 		var a statusAnswer
 		select {
 		case a = <-answers:
+		case <-timer.C:
+			if !anyHelps() {
+				askNext()
+			}
+			timer.Reset(stagger)
+			continue
 		case <-ctx.Done():
-			return "", fmt.Errorf("client: looking for the master: %w (last: %w)", ctx.Err(), last)
+			return "", nil, fmt.Errorf("client: looking for the master: %w (last: %w)", ctx.Err(), last)
 		case <-c.ctx.Done():
-			return "", ErrClosed
+			return "", nil, ErrClosed
 		}
-		latest[a.addr] = a
 		if a.err != nil {
 			last = a.err
 		} else {
 			c.noteStatus(&a.st)
 		}
 		for _, r := range a.st.Replicas {
-			if r.Addr != "" {
-				ask(r.Addr)
+			if !known(r.Addr) && !(except != 0 && r.Addr == skip) {
+				queue = append(queue, r.Addr)
 			}
 		}
+		var found string
 		if except != 0 {
-			if addr, ok := otherMaster(a, except); ok {
-				return addr, nil
+			found, _ = otherMaster(a, except)
+		} else if a.err == nil && servesAsMaster(&a.st) {
+			found = a.addr
+		}
+		if found != "" {
+			var cc *transport.ClientConn
+			// NB: not the client's own connection (own): the client has
+			// it already, or has moved on from it.
+			if found == a.addr && a.cc != nil && a.cc != own && a.cc.Context().Err() == nil {
+				cc = a.cc
+				keep.Store(cc)
 			}
+			c.mu.Lock()
+			c.mu.lastNamer = a.addr
+			c.mu.Unlock()
+			c.log.Debug("client: the search found the master", "master", found, "named_by", a.addr,
+				"replicas_asked", len(launched), "search_conn_kept", cc != nil)
+			return found, cc, nil
+		}
+		if except == 0 && a.err == nil && a.st.Master != 0 && a.st.Master != a.st.Replica {
+			for _, r := range a.st.Replicas {
+				if r.ID == a.st.Master && r.Addr != "" {
+					askFirst(r.Addr)
+				}
+			}
+		}
+		if a.err == nil && c.inQuorum(&a.st, except) {
+			state[a.addr] = helps
 			continue
 		}
-		if addr, ok := servingMaster(latest, len(addrs)); ok {
-			return addr, nil
+		state[a.addr] = useless
+		if !anyHelps() && askNext() {
+			timer.Reset(stagger)
 		}
 	}
+}
+
+// searchOrder returns the connection a search may ask on (the client's
+// own, unless it goes to except or skip; nil if none) and the addresses
+// to ask, in order: that connection's, the replica that named the master
+// last, then Config.Addrs from a random one on, those the client holds a
+// TLS session of first. With except set, skip (except's address) is left
+// out.
+func (c *Client) searchOrder(except uint64, skip string) (*transport.ClientConn, []string) {
+	c.mu.Lock()
+	own, namer := c.mu.conn, c.mu.lastNamer
+	c.mu.Unlock()
+	var order []string
+	add := func(a string) {
+		if a != "" && !(except != 0 && a == skip) && !slices.Contains(order, a) {
+			order = append(order, a)
+		}
+	}
+	if own != nil && (own.Context().Err() != nil || (except != 0 && own.ReplicaID() == except) || own.Addr() == skip) {
+		own = nil
+	}
+	if own != nil {
+		add(own.Addr())
+	}
+	add(namer)
+	addrs := c.cfg.Addrs
+	start := rand.N(len(addrs))
+	// NB: replicas the client holds a TLS session of first: asking them
+	// costs a resumed handshake, not a full one.
+	for _, resumable := range []bool{true, false} {
+		for i := range addrs {
+			a := addrs[(start+i)%len(addrs)]
+			if transport.SessionCached(c.cfg.sessions, a, c.cfg.Certificate) == resumable {
+				add(a)
+			}
+		}
+	}
+	return own, order
+}
+
+// inQuorum reports whether the replica that answered st is in touch with
+// enough of the cell to learn of a new master: itself and the peers it
+// heard from lately (within twice the master lease, at least a second;
+// replicas report to each other ten times a second), except not counted,
+// make more than half of the voters. An answer that lists no replicas
+// (an older replica's) is taken as in touch.
+func (c *Client) inQuorum(st *api.CellStatusResponse, except uint64) bool {
+	recent := max(2*time.Duration(c.masterLease.Load()), time.Second)
+	voters, heard := 0, 0
+	for _, r := range st.Replicas {
+		if r.Learner {
+			continue
+		}
+		voters++
+		if r.ID == except {
+			continue
+		}
+		if r.ID == st.Replica || (r.HeardMillis >= 0 && time.Duration(r.HeardMillis)*time.Millisecond <= recent) {
+			heard++
+		}
+	}
+	return voters == 0 || heard > voters/2
 }
 
 // otherMaster decides a look-up that excludes replica except from one
@@ -345,73 +506,50 @@ func otherMaster(a statusAnswer, except uint64) (string, bool) {
 	return "", false
 }
 
-// servingMaster decides a search from the latest answer of each of the
-// known replica addresses (known of them): the address of the serving
-// master with the highest epoch, once more than half of the cell's
-// replicas (as the answers count them) answered, or every known address
-// answered or failed.
-func servingMaster(latest map[string]statusAnswer, known int) (string, bool) {
-	var best statusAnswer
-	heard, cell := 0, 0
-	for _, a := range latest {
-		if a.err != nil {
-			continue
-		}
-		heard++
-		cell = max(cell, len(a.st.Replicas))
-		if a.st.Master != 0 && a.st.Master == a.st.Replica && a.st.Role == api.RoleMaster &&
-			(best.addr == "" || a.st.Epoch > best.st.Epoch) {
-			best = a
-		}
-	}
-	if cell == 0 {
-		cell = known
-	}
-	if best.addr == "" || (heard <= cell/2 && len(latest) < known) {
-		return "", false
-	}
-	return best.addr, true
-}
-
 // pollStatus asks the replica at addr for the cell's status until ctx
-// ends, sending each answer (or failure) to answers; it keeps one
-// connection for all the questions. With except set each question waits
-// at the replica for a master other than except (lookupWait at most); a
-// replica that answers at once (one that predates the long-poll) is asked
-// again after a pause, longer each time, as is one that failed.
-func (c *Client) pollStatus(ctx context.Context, addr string, except uint64, answers chan<- statusAnswer) {
-	var cc *transport.ClientConn
+// ends, sending each answer (or failure) to answers. It asks on own if
+// given (the client's connection, which it never closes), else on one
+// connection of its own for all the questions, which it closes at the end
+// unless keep holds it. With except set, once the replica has answered
+// that it is in touch with a quorum, each question waits at the replica
+// for a master other than except (lookupWait at most); otherwise, and
+// after a failure, it asks again after a pause, longer each time.
+func (c *Client) pollStatus(ctx context.Context, addr string, except uint64, answers chan<- statusAnswer, own *transport.ClientConn, keep *atomic.Pointer[transport.ClientConn]) {
+	cc := own
 	defer func() {
-		if cc != nil {
+		if cc != nil && cc != own && keep.Load() != cc {
 			_ = cc.Close()
 		}
 	}()
-	req := &api.CellStatusRequest{Token: c.cfg.Token}
-	if except != 0 {
-		req.Except, req.Wait = except, int64(lookupWait)
-	}
+	hold := false
 	for n := 0; ctx.Err() == nil; n++ {
-		var a statusAnswer
-		a.addr = addr
+		a := statusAnswer{addr: addr}
 		if cc != nil && cc.Context().Err() != nil {
-			_ = cc.Close()
-			cc = nil
+			if cc != own {
+				_ = cc.Close()
+			}
+			cc, hold = nil, false
 		}
 		if cc == nil {
 			dctx, cancel := context.WithTimeout(ctx, c.lookupDialTimeout())
 			cc, a.err = dialReplica(dctx, c.cfg, addr)
 			cancel()
+			if a.err == nil {
+				c.cfg.counts.searchDials.Add(1)
+			}
 		}
 		asked := time.Now()
 		if a.err == nil {
+			req := &api.CellStatusRequest{Token: c.cfg.Token}
 			timeout := c.lookupDialTimeout()
-			if except != 0 {
+			if hold {
+				req.Except, req.Wait = except, int64(lookupWait)
 				timeout += lookupWait
 			}
 			qctx, cancel := context.WithTimeout(ctx, timeout)
 			var resp api.CellStatusResponse
 			if a.err = callOn(qctx, cc, api.MethodCellStatus, req, &resp); a.err == nil {
-				a.st = resp
+				a.st, a.cc = resp, cc
 			}
 			cancel()
 		}
@@ -420,9 +558,13 @@ func (c *Client) pollStatus(ctx context.Context, addr string, except uint64, ans
 		case <-ctx.Done():
 			return
 		}
-		if a.err == nil && except != 0 && time.Since(asked) >= lookupWait/2 {
-			n = -1 // the replica held the question: ask again at once
-			continue
+		if a.err == nil && except != 0 {
+			held := hold
+			hold = c.inQuorum(&a.st, except)
+			if hold && (!held || time.Since(asked) >= lookupWait/2) {
+				n = -1 // in touch: ask (again) at once, and let the replica hold the question
+				continue
+			}
 		}
 		t := time.NewTimer(min(c.cfg.ReconnectMin<<min(n, 10), whoisPauseMax))
 		select {
@@ -462,6 +604,47 @@ func (c *Client) connReplica() uint64 {
 		return 0
 	}
 	return c.mu.conn.ReplicaID()
+}
+
+// adoptOrMove points the client at the master a search found at addr
+// (moveTo), and makes cc, the search's connection to it (nil if the
+// search did not ask the master itself), the client's connection instead
+// of dialing the master anew. cc is closed if the client does not take
+// it: it is already on its way (a dial in progress, or a live connection
+// to addr), or cc has closed meanwhile. It reports whether the client
+// moved.
+func (c *Client) adoptOrMove(addr string, cc *transport.ClientConn) bool {
+	if cc == nil {
+		return c.moveTo(addr, false, 0) // since matters only with force
+	}
+	c.mu.Lock()
+	cur := c.mu.conn
+	if cur == cc {
+		c.mu.Unlock()
+		return false // the search asked on the client's own connection
+	}
+	// NB: not while a dial is in progress: the dial's end would install
+	// its own connection over this one.
+	if c.mu.dial != nil || c.ctx.Err() != nil || cc.Context().Err() != nil ||
+		(cur != nil && cur.Addr() == addr && cur.Context().Err() == nil) {
+		c.mu.Unlock()
+		_ = cc.Close()
+		return c.moveTo(addr, false, 0)
+	}
+	c.mu.conn = cc
+	c.mu.heard = false
+	c.mu.hint = addr
+	c.mu.notBefore = time.Time{}
+	c.mu.moves++
+	// Calls that fail because this closes their connection retry at
+	// once, as after a redirect (redirectedSince).
+	c.mu.redirects++
+	c.mu.Unlock()
+	if cur != nil {
+		_ = cur.Close()
+	}
+	c.log.Debug("client: moving to the master on the search's connection", "master", addr)
+	return true
 }
 
 // moveTo points the client at the master found at addr: if the current

@@ -24,6 +24,7 @@ type ClientConn struct {
 	pc        net.PacketConn
 	addr      string
 	replica   uint64
+	resumed   bool
 	max       int
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -67,8 +68,9 @@ func Dial(ctx context.Context, cfg DialConfig) (*ClientConn, error) {
 		_ = pc.Close()
 		return nil, err
 	}
-	cfg.Logger.Debug("transport: connected", "addr", addr, "replica", replica)
-	return &ClientConn{conn: conn, tr: tr, pc: pc, addr: addr, replica: replica, max: cfg.MaxFrame}, nil
+	resumed := conn.ConnectionState().TLS.DidResume
+	cfg.Logger.Debug("transport: connected", "addr", addr, "replica", replica, "resumed", resumed)
+	return &ClientConn{conn: conn, tr: tr, pc: pc, addr: addr, replica: replica, resumed: resumed, max: cfg.MaxFrame}, nil
 }
 
 // DialStagger is how long Dial waits for a handshake before it also tries
@@ -143,12 +145,18 @@ func dialOne(ctx context.Context, tr *quic.Transport, addr string, cfg DialConfi
 	var replica uint64
 	dctx, cancel := context.WithTimeout(ctx, 2*cfg.HandshakeTimeout)
 	defer cancel()
-	conn, err := tr.Dial(dctx, net.UDPAddrFromAddrPort(ap), clientDialTLS(cfg, &replica), qconf)
+	conn, err := tr.Dial(dctx, net.UDPAddrFromAddrPort(ap), clientDialTLS(cfg, addr, &replica), qconf)
 	if err != nil {
 		return nil, 0, err
 	}
 	return conn, replica, nil
 }
+
+// Resumed reports whether the handshake resumed a TLS session the replica
+// gave this client on an earlier connection (DialConfig.SessionCache), in
+// place of a full handshake. Either way the replica's certificate was
+// verified (on resumption, the one the session carries).
+func (c *ClientConn) Resumed() bool { return c.resumed }
 
 // Addr returns the address of the replica this connection reached.
 func (c *ClientConn) Addr() string { return c.addr }

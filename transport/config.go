@@ -73,6 +73,10 @@ const (
 	DefaultReconnectMax = 2 * time.Second
 	// maxBatchBytes caps the bytes one peer write gathers from the queue.
 	maxBatchBytes = 256 << 10
+	// DefaultTicketKeyRotation is how often an Endpoint replaces the key
+	// that encrypts the TLS session tickets it gives clients; a ticket is
+	// honoured until the rotation after next, so for at most twice this.
+	DefaultTicketKeyRotation = time.Hour
 )
 
 // ErrInvalidConfig reports a Config or DialConfig that cannot work.
@@ -132,6 +136,14 @@ type Config struct {
 	MaxConnsPerIP int
 	// HandshakeTimeout bounds handshakes. If zero, DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// TicketKeyRotation is how often the key that encrypts the TLS session
+	// tickets given to clients is replaced (see tls.go: tickets let a
+	// client's next connection skip the certificates' signatures). A ticket
+	// is honoured for at most twice this. If zero,
+	// DefaultTicketKeyRotation (1 h); if negative, clients get no tickets
+	// and every client handshake is a full one. Peer connections never use
+	// tickets.
+	TicketKeyRotation time.Duration
 	// PeerIdleTimeout is the idle timeout of peer connections. If zero,
 	// DefaultPeerIdleTimeout.
 	PeerIdleTimeout time.Duration
@@ -235,6 +247,9 @@ func (c Config) populate() (Config, error) {
 	if c.ReconnectMax < c.ReconnectMin {
 		return c, fmt.Errorf("%w: ReconnectMax %v is below ReconnectMin %v", ErrInvalidConfig, c.ReconnectMax, c.ReconnectMin)
 	}
+	if c.TicketKeyRotation == 0 {
+		c.TicketKeyRotation = DefaultTicketKeyRotation
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -280,6 +295,14 @@ type DialConfig struct {
 	// One machine can so stand in for many hosts (127.0.0.2, 127.0.0.3, …
 	// are all loopback on Linux). Ignored when PacketConn is set.
 	LocalAddr string
+	// SessionCache, if set, keeps a TLS session ticket of each replica this
+	// client reached, so that its next Dial to the same address with the
+	// same Certificate resumes the session (ClientConn.Resumed): neither
+	// side signs or sends a certificate again, though both re-verify the
+	// ones the session carries (see tls.go). Entries are keyed by address
+	// and certificate, never shared between them; use one cache per CA.
+	// If nil, every handshake is a full one.
+	SessionCache tls.ClientSessionCache
 	// PacketConn, if set, carries the connection instead of a new UDP
 	// socket (for tests with an in-process network). Dial takes ownership:
 	// it is closed when Dial fails or the ClientConn closes, so use a fresh

@@ -34,8 +34,12 @@
 // chains to the CA and names a replica, and may present a client
 // certificate, whose identity its handler sees (ServerStream.Identity). A
 // certificate that names no replica can never open a peer connection. Only
-// TLS 1.3; no session tickets, hence no resumption and no 0-RTT. Details
-// in tls.go.
+// TLS 1.3, never 0-RTT. A client connection may resume a TLS session the
+// same replica gave the same client on an earlier connection
+// (DialConfig.SessionCache, Config.TicketKeyRotation): no certificate is
+// signed or sent again, but both sides verify the ones the session
+// carries, so the identities are those of a full handshake; peer
+// connections never resume. Details in tls.go.
 //
 // # Timeouts
 //

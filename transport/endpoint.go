@@ -178,6 +178,9 @@ type Endpoint struct {
 	wg      sync.WaitGroup
 	connIDs atomic.Uint64
 	stats   counters
+	// tickets makes the TLS configs of client handshakes and holds their
+	// session ticket keys (tls.go).
+	tickets *ticketKeys
 
 	mu struct {
 		sync.Mutex
@@ -218,6 +221,10 @@ func Listen(ctx context.Context, cfg Config) (*Endpoint, error) {
 		log:    cfg.Logger.With("replica", cfg.ID),
 		faults: cfg.Faults,
 		recv:   make(chan PeerMessage, cfg.RecvQueueLen),
+	}
+	if e.tickets, err = newTicketKeys(cfg.Certificate, cfg.TicketKeyRotation, e.log); err != nil {
+		pc.Close()
+		return nil, err
 	}
 	e.mu.inbound = map[uint64]*inboundPeer{}
 	e.mu.conns = map[*quic.Conn]struct{}{}
@@ -481,6 +488,11 @@ func (e *Endpoint) acceptLoop() {
 				}
 				e.servePeer(c, id)
 			case ALPNClient:
+				if cs.DidResume {
+					e.stats.clientResumed.Add(1)
+				} else {
+					e.stats.clientFullHandshakes.Add(1)
+				}
 				e.serveClient(c, identityOf(cs))
 			default:
 				_ = c.CloseWithError(ConnCodeClosed, "unknown protocol")

@@ -14,6 +14,7 @@ type counters struct {
 	dials, dialFailures, reconnects       atomic.Uint64
 	refusedHandshakes, refusedConnLimit   atomic.Uint64
 	refusedNotPeer                        atomic.Uint64
+	clientFullHandshakes, clientResumed   atomic.Uint64
 	badFrames                             atomic.Uint64
 	clientConns, clientStreams            atomic.Int64
 }
@@ -58,6 +59,12 @@ type Stats struct {
 	// RefusedConnLimit counts connection attempts refused by MaxConnsPerIP
 	// (per Initial packet, so one attempt may count more than once).
 	RefusedConnLimit uint64
+	// ClientFullHandshakes and ClientResumed count the client connections
+	// accepted, by how their handshake went: a full one (certificates
+	// signed and checked), or the resumption of a session this replica
+	// gave the client earlier (a PSK; the certificates it carries are
+	// checked again, but nobody signs). See Config.TicketKeyRotation.
+	ClientFullHandshakes, ClientResumed uint64
 	// BadFrames counts oversize, truncated or malformed frames received
 	// from peers or clients.
 	BadFrames uint64
@@ -105,6 +112,8 @@ func (e *Endpoint) Stats() Stats {
 		RefusedHandshakes:    c.refusedHandshakes.Load(),
 		RefusedNotPeer:       c.refusedNotPeer.Load(),
 		RefusedConnLimit:     c.refusedConnLimit.Load(),
+		ClientFullHandshakes: c.clientFullHandshakes.Load(),
+		ClientResumed:        c.clientResumed.Load(),
 		BadFrames:            c.badFrames.Load(),
 		ClientConns:          c.clientConns.Load(),
 		ClientStreams:        c.clientStreams.Load(),
