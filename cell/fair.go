@@ -17,9 +17,10 @@ import (
 // round-robin order (a deficit round-robin with unit cost: a tenant of
 // weight w gets up to w commands per turn), while at most
 // Config.ProposalWindow commands are between their queue and their applied
-// result. A flooding tenant therefore fills its own queue, not the
-// pipeline: another tenant's command waits for at most one turn of every
-// busy tenant plus the window, whatever the flood. When a tenant's queue is
+// result (a group counts as one command: see below). A flooding tenant
+// therefore fills its own queue, not the pipeline: another tenant's
+// command waits for at most one turn of every busy tenant plus the window,
+// whatever the flood. When a tenant's queue is
 // full its new commands are shed with ResourceExhausted and a RetryAfter
 // hint; nothing that was accepted is dropped (a queued command is either
 // proposed or answered with an error that says it was not).
