@@ -1,10 +1,14 @@
 package cell_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -240,19 +244,21 @@ func TestCreateSessionsBadCount(t *testing.T) {
 	})
 }
 
-// TestCreateSessionsOneFairShareUnit: a CreateSessions call is one unit
-// of its tenant's fair share at the master, however many sessions it asks
-// for: with a tenant queue of 2 and a window of 2, 600 NewSession calls
-// made at once on three Clients (joined into calls of up to 256) are all
-// served, none shed, and their creations share slots far beyond the
-// window's 2. Counted as one unit per session, the same calls would be
-// shed for a full queue and trickle through two sessions a slot. Floors:
-// 600 sessions opened and held, slots counted.
-func TestCreateSessionsOneFairShareUnit(t *testing.T) {
-	const perClient, clients = 200, 3
+// TestCreateSessionsFairShareUnits: a CreateSessions call costs its
+// tenant's fair share ceil(n/8) units for n sessions (fair.go groupUnit),
+// not n: with a window of 32 units, 8 Clients with 64 NewSession calls in
+// flight each (joined into CreateSessions calls of up to 64, as
+// BenchmarkOpenSessions opens) put more than 56 creations into a slot on
+// average (76 to 98 in runs here; 85 to 98 with a call as one unit), and
+// none is shed. Counted as n units, the window lets about one call into a
+// slot (35 to 43 a slot in runs here, and a few calls shed). Floors: every
+// session opened and held, slots counted.
+func TestCreateSessionsFairShareUnits(t *testing.T) {
+	const clients, perClient, rounds = 8, 64, 4
+	const n = clients * perClient * rounds
 	synctest.Test(t, func(t *testing.T) {
 		c := celltest.Start(t, celltest.Options{Replicas: 3, Tune: func(cfg *cell.Config) {
-			cfg.ProposalWindow, cfg.TenantQueue = 2, 2
+			cfg.ProposalWindow = 32
 		}})
 		ctx := testCtx(t, 10*time.Minute)
 		m := c.Master()
@@ -261,13 +267,16 @@ func TestCreateSessionsOneFairShareUnit(t *testing.T) {
 		}
 		before := m.Status()
 		var wg sync.WaitGroup
-		errs := make(chan error, perClient*clients)
+		errs := make(chan error, n)
 		for i := range clients {
 			cl := c.Dial(ctx, c.ClientConfig("", fmt.Sprintf("p%d", i)))
 			for range perClient {
 				wg.Go(func() {
-					if _, err := cl.NewSession(ctx); err != nil {
-						errs <- err
+					for range rounds {
+						if _, err := cl.NewSession(ctx); err != nil {
+							errs <- err
+							return
+						}
 					}
 				})
 			}
@@ -281,15 +290,153 @@ func TestCreateSessionsOneFairShareUnit(t *testing.T) {
 		slots := after.Chosen - before.Chosen
 		metrics := m.MetricsText()
 		shed := metricSum(metrics, "lockcell_tenant_shed_total")
-		t.Logf("%d sessions in %d slots; %v shed", perClient*clients, slots, shed)
-		if after.Sessions < perClient*clients || slots == 0 {
-			t.Fatalf("the master holds %d sessions after %d slots; want %d", after.Sessions, slots, perClient*clients)
+		t.Logf("%d sessions in %d slots (%.1f a slot); %v shed", n, slots, float64(n)/float64(max(slots, 1)), shed)
+		if after.Sessions < n || slots == 0 {
+			t.Fatalf("the master holds %d sessions after %d slots; want %d", after.Sessions, slots, n)
 		}
 		if shed != 0 {
-			t.Errorf("%v commands shed; want none (three calls in flight at most, against a queue of 2 and a window of 2 calls)", shed)
+			t.Errorf("%v commands shed; want none (16 calls of at most 8 units in flight, against a queue of 256 units)", shed)
 		}
-		if slots*8 > perClient*clients {
-			t.Errorf("%d sessions took %d slots; want at least 8 a slot with a window of 2 calls", perClient*clients, slots)
+		if slots*56 >= n {
+			t.Errorf("%d sessions took %d slots; want more than 56 a slot with a window of 32 units", n, slots)
+		}
+	})
+}
+
+// appliedCommands is the number of commands the replica applied, from its
+// lockcell_paxos_batch_commands histogram (commands per applied slot).
+func appliedCommands(t testing.TB, r *cell.Replica) int {
+	t.Helper()
+	for _, l := range strings.Split(r.MetricsText(), "\n") {
+		if v, ok := strings.CutPrefix(l, "lockcell_paxos_batch_commands_sum "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", l, err)
+			}
+			return int(f)
+		}
+	}
+	t.Fatal("no lockcell_paxos_batch_commands_sum in the master's metrics")
+	return 0
+}
+
+// TestCreateSessionsFloodVictimWait: while tenant fl floods the master
+// with CreateSessions calls of api.MaxCreateSessions from many
+// connections, a single write of tenant vi waits behind few of fl's
+// commands. Judged per write: the commands the master applied between
+// the write's call and its answer (a count, not a time, so it does not
+// depend on the machine's speed), and no write is refused. Both hold
+// only if a call's sessions take window places by their number (fair.go:
+// a group of n costs ceil(n/groupUnit) units); counted as one place, the
+// window lets thousands of fl's creations into the Paxos core, which then
+// refuses vi's write as busy, and a write that gets through waits behind
+// five slots of them. Floors: every write measured, and the flood was in
+// the way of some (the largest count at least one slot of the flood).
+func TestCreateSessionsFloodVictimWait(t *testing.T) {
+	const (
+		flooders = 24 // fl's connections, each with one call of 256 in flight
+		writes   = 12 // vi's writes judged
+		// maxRefusals ends the writes early: each refusal already fails.
+		maxRefusals = 3
+		// ceiling: the most the window holds (DefaultProposalWindow
+		// units, passed by less than the 32 of a call of 256) times
+		// groupUnit = 8, plus a slot of 256 for what the measure takes
+		// in around the server's admission and answer. Counted as one
+		// unit, a call of 256 puts 1,279 commands (5 slots) before a
+		// write that is not refused.
+		ceiling = (64+31)*8 + 256
+	)
+	synctest.Test(t, func(t *testing.T) {
+		lc := simCell(t, 3, nil)
+		ctx := testCtx(t, 10*time.Minute)
+		admin := certActor(t, lc, "admin", cell.AdminTenant, "admin")
+		for _, name := range []string{"fl", "vi"} {
+			adminCall(t, ctx, admin, api.MethodCreateTenant, &api.TenantRequest{Name: name}, &api.TenantResponse{})
+		}
+		vi := certActor(t, lc, "vi", "vi", "p")
+		if err := vi.newSession(ctx); err != nil {
+			t.Fatal(err)
+		}
+		keepAlive(t, ctx, lc, vi, nil)
+		h := vi.mustOpen(t, ctx, api.OpenRequest{Path: "/vi/f", Create: true})
+		m := lc.Master()
+		if m == nil {
+			t.Fatal("no master")
+		}
+
+		fctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		var created, shed atomic.Int64
+		for i := range flooders {
+			a := certActor(t, lc, fmt.Sprintf("fl-%d", i), "fl", "p")
+			wg.Go(func() {
+				for fctx.Err() == nil {
+					var resp api.CreateSessionsResponse
+					err := a.call(fctx, api.MethodCreateSessions, &api.CreateSessionsRequest{Count: api.MaxCreateSessions}, &resp)
+					var ae *api.Error
+					switch {
+					case err == nil:
+						created.Add(int64(len(resp.Sessions)))
+					case errors.As(err, &ae) && ae.Code == api.ResourceExhausted:
+						shed.Add(1)
+						time.Sleep(time.Duration(max(ae.RetryAfter, int64(time.Millisecond))))
+					case fctx.Err() == nil:
+						t.Errorf("%s: CreateSessions: %v", a.name, err)
+						return
+					}
+				}
+			})
+		}
+		waitFor(t, ctx, "the flood to start", func() bool { return created.Load() >= 8*api.MaxCreateSessions })
+
+		var counts, slots []int
+		var refused []error
+		for i := range writes {
+			c0, s0 := appliedCommands(t, m), m.Status().Applied
+			for {
+				err := vi.setContents(ctx, h, []byte(strconv.Itoa(i)))
+				var ae *api.Error
+				if err == nil {
+					break
+				}
+				if !errors.As(err, &ae) || ae.Code != api.ResourceExhausted {
+					stop()
+					wg.Wait()
+					t.Fatalf("vi's write %d: %v", i, err)
+				}
+				// Judged at the end; the write is retried as a client
+				// does, and its wait counts the refusal's too. (A few
+				// refusals are enough to fail: the flood goes on for as
+				// long as the retries, at a cost of CPU, not of proof.)
+				refused = append(refused, err)
+				if len(refused) > maxRefusals {
+					break
+				}
+				time.Sleep(time.Duration(ae.RetryAfter))
+			}
+			if len(refused) > maxRefusals {
+				break
+			}
+			c1, s1 := appliedCommands(t, m), m.Status().Applied
+			counts = append(counts, c1-c0-1)
+			slots = append(slots, int(s1-s0))
+		}
+		stop()
+		wg.Wait()
+		t.Logf("fl: %d sessions created, %d calls shed; vi's writes waited behind %v commands, %v slots; %d refused", created.Load(), shed.Load(), counts, slots, len(refused))
+		if len(refused) > 0 {
+			t.Errorf("vi's writes were refused %d times under fl's flood, first: %v", len(refused), refused[0])
+		}
+		if len(counts) != writes {
+			t.Fatalf("judged %d writes, want %d", len(counts), writes)
+		}
+		if most := slices.Max(counts); most < api.MaxCreateSessions {
+			t.Fatalf("at most %d commands were applied while a write of vi waited; the flood was not in its way (want a slot of %d at least once)", most, api.MaxCreateSessions)
+		}
+		for i, n := range counts {
+			if n > ceiling {
+				t.Errorf("vi's write %d waited while %d commands (%d slots) were applied; want at most %d", i, n, slots[i], ceiling)
+			}
 		}
 	})
 }

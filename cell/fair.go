@@ -14,16 +14,16 @@ import (
 // tenants (pipeline.go routes tenant commands here). Tenant principals'
 // commands do not go straight to the run loop: each tenant has a bounded
 // FIFO queue, and the run loop takes commands from the queues in weighted
-// round-robin order (a deficit round-robin with unit cost: a tenant of
-// weight w gets up to w commands per turn), while at most
-// Config.ProposalWindow commands are between their queue and their applied
-// result (a group counts as one command: see below). A flooding tenant
-// therefore fills its own queue, not the pipeline: another tenant's
-// command waits for at most one turn of every busy tenant plus the window,
-// whatever the flood. When a tenant's queue is
-// full its new commands are shed with ResourceExhausted and a RetryAfter
-// hint; nothing that was accepted is dropped (a queued command is either
-// proposed or answered with an error that says it was not).
+// round-robin order (a deficit round-robin: a tenant of weight w gets w
+// units per turn, a command costs one unit, a group more: see below),
+// while at most Config.ProposalWindow units are between their queue and
+// their applied result. A flooding tenant therefore fills its own queue,
+// not the pipeline: another tenant's command waits for at most one turn
+// of every busy tenant plus the window, whatever the flood. When a
+// tenant's queue is full its new commands are shed with ResourceExhausted
+// and a RetryAfter hint; nothing that was accepted is dropped (a queued
+// command is either proposed or answered with an error that says it was
+// not).
 //
 // What was tried: a single shared queue with a per-tenant cap on queued
 // commands bounds the flooder's share of memory but not of latency (a
@@ -33,17 +33,31 @@ import (
 // proposed at once and the order of arrival would decide.
 //
 // A group of commands submitted together (pipeline.submitGroup: the
-// sessions of one CreateSessions call) is one unit here: one entry of its
-// tenant's queue, one turn's unit of credit and one window place, held
-// until its last command's outcome. The queue and the window therefore
-// count calls, not commands; a call of n commands was charged n against
-// the tenant's rate when it was admitted, and each of its commands is held
-// to the tenant's quotas as it is applied. Counting a group of n as n
-// places let a window of 64 carry at most 64 session creations into a
-// slot, whatever the clients sent: opens were bounded by the window, not
-// by Paxos or the CPU. A group is at most api.MaxCreateSessions commands,
-// so the most commands the window lets into Paxos is that many times the
-// window, which the pipeline's maxInPaxos bounds in turn.
+// sessions of one CreateSessions call) is one entry of its tenant's queue
+// and is dispatched whole, but it costs ceil(n/groupUnit) units for n
+// commands, the same number everywhere: of its tenant's queue bound, of
+// its tenant's credit in a turn, and of window places, all held until its
+// last command's outcome. A command alone costs one unit. A call of n
+// commands was also charged n against the tenant's rate when it was
+// admitted, and each of its commands is held to the tenant's quotas as it
+// is applied. The two bounds are checked before an item is added, so the
+// item that crosses one passes it by less than its own cost (a group is
+// never refused for its size alone): at most window+maxGroupUnits-1 units
+// are out at once, and a tenant in debt after a group sits out turns
+// until its credit is positive again, so that groups and single commands
+// share turns by units.
+//
+// Why groupUnit: counted as n units, a group of n let a window of 64
+// carry at most 64 session creations into a slot whatever the clients
+// sent (opens were bounded by the window, not by Paxos or the CPU);
+// counted as one unit, 64 calls of api.MaxCreateSessions put 16,384
+// commands between another tenant's command and its slot, more than the
+// Paxos core queues (paxos.Config.MaxBatch 256 times 4 times MaxInflight
+// 1), so that command was refused as busy rather than delayed. With 8
+// commands a unit the default window holds at most (64+31)*8 = 760
+// commands, three slots of 256, and BenchmarkOpenSessions (8 Clients,
+// 64 NewSession calls in flight each) still fits its 512 in flight in
+// the window.
 //
 // Which commands come here is routeFor's decision (pipeline.go); the time
 // stamp is taken when the run loop proposes a command, so one that waited
@@ -56,19 +70,39 @@ type scheduler struct {
 		queues map[string]*tenantQueue
 		// ring lists the tenants with queued commands in turn order; next
 		// is the index of the tenant whose turn it is.
-		ring     []string
-		next     int
+		ring []string
+		next int
+		// inflight is the window's units held (windowPlace).
 		inflight int
 		// closed is set when the master role has stopped (close).
 		closed bool
 	}
 }
 
+// groupUnit is how many commands of a group cost one unit of the
+// scheduler (queue bound, turn credit, window place); see scheduler.
+const groupUnit = 8
+
+// maxGroupUnits is the most units one item costs: a CreateSessions call of
+// api.MaxCreateSessions sessions.
+const maxGroupUnits = (api.MaxCreateSessions + groupUnit - 1) / groupUnit
+
+// units is what the command p, with its group's members if it leads one,
+// costs the scheduler: ceil(n/groupUnit) for n commands.
+func units(p *proposal) int {
+	return (1 + len(p.members) + groupUnit - 1) / groupUnit
+}
+
 // tenantQueue is one tenant's FIFO of commands waiting for dispatch; an
-// item with members is a group (proposal.members), one unit of the queue.
+// item with members is a group (proposal.members), one entry of the queue
+// that costs units(item).
 type tenantQueue struct {
-	items  []*proposal
+	items []*proposal
+	// units is the sum of the items' units, held to the queue bound.
+	units  int
 	weight int
+	// credit is what is left of the tenant's turn; negative after a group
+	// cost more than the turn had (a debt paid by the turns it sits out).
 	credit int
 }
 
@@ -76,11 +110,11 @@ type tenantQueue struct {
 // of the replica's configuration and a few functions its master role
 // builds (newMaster). Every function must be set.
 type schedDeps struct {
-	// window is Config.ProposalWindow: the tenant commands that may be
-	// between their queue and their applied result at once.
+	// window is Config.ProposalWindow: the units of tenant commands that
+	// may be between their queue and their applied result at once.
 	window int
-	// queue is Config.TenantQueue: a tenant's queue bound per unit of
-	// weight.
+	// queue is Config.TenantQueue: a tenant's queue bound in units, per
+	// unit of weight.
 	queue int
 	// weight returns a tenant's fair-share weight (≥ 1).
 	weight func(tenant string) int
@@ -106,9 +140,9 @@ func newScheduler(d schedDeps) *scheduler {
 }
 
 // submit queues it, with its members if it leads a group, for tenant, as
-// one unit of the tenant's queue. With force the tenant's queue bound is
-// not applied (routeFairNoShed: see routeFor). An error means nothing was
-// queued: the caller answers it and its members.
+// one entry of the tenant's queue costing units(it). With force the
+// tenant's queue bound is not applied (routeFairNoShed: see routeFor). An
+// error means nothing was queued: the caller answers it and its members.
 func (s *scheduler) submit(tenant string, it *proposal, force bool) error {
 	s.mu.Lock()
 	if s.mu.closed {
@@ -122,24 +156,28 @@ func (s *scheduler) submit(tenant string, it *proposal, force bool) error {
 		s.mu.ring = append(s.mu.ring, tenant)
 	}
 	limit := s.d.queue * q.weight
-	if !force && len(q.items) >= limit {
+	if !force && q.units >= limit {
 		s.mu.Unlock()
 		s.d.shed(tenant, "queue_full")
-		return api.RetryAfterError(fmt.Sprintf("tenant %q: %d commands queued at the master; it is saturated", tenant, limit), 20*time.Millisecond)
+		return api.RetryAfterError(fmt.Sprintf("tenant %q: %d units of commands queued at the master (a call of n sessions counts ceil(n/%d)); it is saturated", tenant, q.units, groupUnit), 20*time.Millisecond)
 	}
 	q.items = append(q.items, it)
+	q.units += units(it)
 	s.d.queued(tenant, 1+len(it.members))
 	s.mu.Unlock()
 	s.d.wake()
 	return nil
 }
 
-// nextLocked takes the next command to dispatch, or nil if the window is
-// full or nothing is queued.
+// nextLocked takes the next command (or group) to dispatch and the units
+// it costs, which it adds to the window, or nil if the window is full or
+// nothing is queued. A tenant in debt gets its weight's credit for the
+// turn it sits out; the turns skipped so are paid for by the units of
+// groups dispatched before, so they add no more than a constant a unit.
 // REQUIRES: s.mu held.
-func (s *scheduler) nextLocked() (string, *proposal) {
+func (s *scheduler) nextLocked() (string, *proposal, int) {
 	if s.mu.inflight >= s.d.window {
-		return "", nil
+		return "", nil, 0
 	}
 	for len(s.mu.ring) > 0 {
 		i := s.mu.next % len(s.mu.ring)
@@ -152,36 +190,42 @@ func (s *scheduler) nextLocked() (string, *proposal) {
 			continue
 		}
 		if q.credit <= 0 {
-			q.credit = q.weight
+			q.credit += q.weight
+			if q.credit <= 0 {
+				s.mu.next = i + 1 // still in debt: the turn passes
+				continue
+			}
 		}
 		it := q.items[0]
+		u := units(it)
 		q.items[0] = nil
 		q.items = q.items[1:]
-		q.credit--
-		if q.credit == 0 {
+		q.units -= u
+		q.credit -= u
+		if q.credit <= 0 {
 			s.mu.next = i + 1
 		}
-		s.mu.inflight++
-		return name, it
+		s.mu.inflight += u
+		return name, it, u
 	}
-	return "", nil
+	return "", nil, 0
 }
 
 // next takes the next tenant command to propose, in fair-share order, or
 // nil if the window is full or nothing is queued; a group's leader comes
 // with its members (proposal.members), to be proposed together. The
-// command, or the group, holds one window place until the last of its
-// outcomes is delivered (proposal.finish). Run loop only
+// command, or the group, holds its units of the window until the last of
+// its outcomes is delivered (proposal.finish). Run loop only
 // (pipeline.dispatch).
 func (s *scheduler) next() *proposal {
 	s.mu.Lock()
-	tenant, p := s.nextLocked()
+	tenant, p, u := s.nextLocked()
 	s.mu.Unlock()
 	if p == nil {
 		return nil
 	}
 	s.d.queued(tenant, -(1 + len(p.members)))
-	w := &windowPlace{s: s}
+	w := &windowPlace{s: s, units: u}
 	w.held.Store(int32(1 + len(p.members)))
 	p.place = w
 	for _, q := range p.members {
@@ -190,27 +234,28 @@ func (s *scheduler) next() *proposal {
 	return p
 }
 
-// windowPlace is one place of the scheduler's window, held by a command
-// or by every command of a group until each has its outcome.
+// windowPlace is the units of the scheduler's window that a command, or
+// every command of a group, holds until each has its outcome.
 type windowPlace struct {
-	s *scheduler
+	s     *scheduler
+	units int
 	// held counts the commands whose outcome is still to come.
 	held atomic.Int32
 }
 
 // release is called once per holder as its outcome is delivered; the last
-// frees the place.
+// frees the units.
 func (w *windowPlace) release() {
 	if w.held.Add(-1) == 0 {
-		w.s.finished()
+		w.s.finished(w.units)
 	}
 }
 
-// finished frees a window place. It runs on the run loop goroutine (from a
-// proposal's finish) and must not block.
-func (s *scheduler) finished() {
+// finished frees units of the window. It runs on the run loop goroutine
+// (from a proposal's finish) and must not block.
+func (s *scheduler) finished(units int) {
 	s.mu.Lock()
-	s.mu.inflight--
+	s.mu.inflight -= units
 	waiting := len(s.mu.ring) > 0
 	s.mu.Unlock()
 	if waiting {

@@ -2,6 +2,7 @@ package cell
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/lockcell/lockcell/api"
@@ -54,9 +55,9 @@ func drainOrder(s *scheduler) []string {
 	var out []string
 	for {
 		s.mu.Lock()
-		tenant, it := s.nextLocked()
+		tenant, it, u := s.nextLocked()
 		if it != nil {
-			s.mu.inflight--
+			s.mu.inflight -= u
 		}
 		s.mu.Unlock()
 		if it == nil {
@@ -106,7 +107,7 @@ func TestSchedulerWindowAndShedding(t *testing.T) {
 	s.mu.Lock()
 	var out []string
 	for {
-		tenant, it := s.nextLocked()
+		tenant, it, _ := s.nextLocked()
 		if it == nil {
 			break
 		}
@@ -116,9 +117,9 @@ func TestSchedulerWindowAndShedding(t *testing.T) {
 	if len(out) != 2 || out[0] != "a" || out[1] != "b" {
 		t.Fatalf("with a window of 2 dispatched %v; want [a b]", out)
 	}
-	s.finished()
+	s.finished(1)
 	s.mu.Lock()
-	tenant, it := s.nextLocked()
+	tenant, it, _ := s.nextLocked()
 	s.mu.Unlock()
 	if it == nil || tenant != "a" {
 		t.Fatalf("after one finished: %q %v; want a", tenant, it)
@@ -178,5 +179,46 @@ func TestSchedulerClose(t *testing.T) {
 	}
 	if p := s.next(); p != nil {
 		t.Fatal("next after close dispatched a command")
+	}
+}
+
+// TestSchedulerGroupDebt: a group costs its tenant's turn ceil(n/8)
+// units, so a tenant of weight 1 that sent a group of 24 (3 units) sits
+// out two turns while another tenant's single commands go, then gets its
+// turn back; both queues' bounds count units.
+func TestSchedulerGroupDebt(t *testing.T) {
+	s, rec := testScheduler(1000, 4, nil)
+	group := &proposal{done: func(namespace.Result, error) {}}
+	for range 23 {
+		group.members = append(group.members, &proposal{done: func(namespace.Result, error) {}})
+	}
+	if err := s.submit("a", group, false); err != nil {
+		t.Fatal(err)
+	}
+	submitN(t, s, "a", 1) // 4 units queued: the bound
+	err := s.submit("a", &proposal{done: func(namespace.Result, error) {}}, false)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.ResourceExhausted || rec.shed["a/queue_full"] != 1 {
+		t.Fatalf("submit with 4 units queued against a bound of 4: %v; want shed", err)
+	}
+	submitN(t, s, "b", 4)
+	var got []string
+	var units []int
+	for {
+		s.mu.Lock()
+		tenant, it, u := s.nextLocked()
+		if it != nil {
+			s.mu.inflight -= u
+		}
+		s.mu.Unlock()
+		if it == nil {
+			break
+		}
+		got = append(got, tenant)
+		units = append(units, u)
+	}
+	want := []string{"a", "b", "b", "b", "a", "b"}
+	if !slices.Equal(got, want) || units[0] != 3 || units[1] != 1 {
+		t.Fatalf("dispatched %v costing %v; want %v, the first costing 3", got, units, want)
 	}
 }

@@ -240,9 +240,9 @@ func (pl *pipeline) submit(ctx context.Context, m *master, o origin, caller name
 // submitGroup submits ops for caller as one group, under the master role
 // m: commands that travel together, proposed at once so that they share a
 // slot, each applied on its own (each is held to the caller's quotas in
-// turn). In a tenant queue the group is one unit and holds one window
-// place (fair.go), as the one call it comes from; a full queue sheds the
-// whole group. done is called exactly once for each i with the outcome of
+// turn). In a tenant queue the group is one entry, dispatched whole, and
+// costs ceil(len(ops)/groupUnit) units of the queue bound, the turn's
+// credit and the window (fair.go); a full queue sheds the whole group. done is called exactly once for each i with the outcome of
 // ops[i], as submit's done is.
 func (pl *pipeline) submitGroup(ctx context.Context, m *master, o origin, caller namespace.Caller, ops []namespace.Op, done func(i int, res namespace.Result, err error)) {
 	if len(ops) == 0 {

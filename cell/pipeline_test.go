@@ -430,33 +430,36 @@ func (g *pipeRig) submitGroup(name string, c namespace.Caller, n int) []*deliver
 	return ds
 }
 
-// TestPipelineGroupIsOneUnit: the commands of one call submitted as a
-// group (the sessions of a CreateSessions call) take one entry of their
-// tenant's queue and one place of the scheduler's window, as the one call
-// they are: with a queue bound of 3 and a window of 4, three groups of 5
-// are accepted and a fourth is shed whole; one dispatch proposes all 15
-// commands, and another tenant's command still finds a window place. A
-// group's place is freed only when its last command is answered. Every
-// command is answered exactly once.
-func TestPipelineGroupIsOneUnit(t *testing.T) {
-	g := newPipeRig(t)
-	var groups [][]*delivery
-	for i := range 3 {
-		groups = append(groups, g.submitGroup(fmt.Sprintf("group %d", i), tenantA, 5))
+// TestPipelineGroupUnits: the commands of one call submitted as a group
+// (the sessions of a CreateSessions call) are one entry of their tenant's
+// queue, dispatched whole, and cost ceil(n/groupUnit) units of the queue
+// bound, the window and the turn's credit (fair.go). With a queue bound
+// of 3 units and a window of 4: a group of 17 (3 units) is accepted into
+// an empty queue and a group of 5 after it is shed whole (the bound is
+// full); one dispatch proposes the 17 and tenant b's command, filling the
+// window; a group of 5 queued then waits for room. A group's units are
+// freed only when its last command is answered, and the group of 17 left
+// its tenant in debt, which the turns it sits out pay before its next
+// group goes. Counted as one unit, the second group would be queued and
+// the window would hold 2; counted as n, it would hold 18. Every command
+// is answered exactly once.
+func TestPipelineGroupUnits(t *testing.T) {
+	if groupUnit != 8 {
+		t.Fatalf("groupUnit is %d; this test's sizes assume 8", groupUnit)
 	}
+	g := newPipeRig(t)
+	big := g.submitGroup("group of 17", tenantA, 17)
 	shed := g.submitGroup("group over the bound", tenantA, 5)
 	judged := expect(t, api.ResourceExhausted, shed...)
-	for _, ds := range groups {
-		for _, d := range ds {
-			if d.count != 0 {
-				t.Fatalf("%s was answered at submit (%v); want its group queued as one unit", d.name, d.err)
-			}
+	for _, d := range big {
+		if d.count != 0 {
+			t.Fatalf("%s was answered at submit (%v); want its group queued", d.name, d.err)
 		}
 	}
 	other := g.submit(context.Background(), "tenant b", originRequest, tenantB, &namespace.CreateSession{})
 	g.pl.dispatch()
-	if len(g.proposed) != 16 {
-		t.Fatalf("one dispatch proposed %d commands; want 16 (three groups of 5 and tenant b's, each group one window place)", len(g.proposed))
+	if len(g.proposed) != 18 {
+		t.Fatalf("one dispatch proposed %d commands; want 18 (the group of 17 whole and tenant b's)", len(g.proposed))
 	}
 	inflight := func() int {
 		g.m.sched.mu.Lock()
@@ -464,31 +467,42 @@ func TestPipelineGroupIsOneUnit(t *testing.T) {
 		return g.m.sched.mu.inflight
 	}
 	if n := inflight(); n != 4 {
-		t.Fatalf("window places held: %d; want 4", n)
+		t.Fatalf("window units held: %d; want 4 (3 for the group of 17, 1 for tenant b's)", n)
 	}
-	// All but the last command of the first group answered: its place is
+	later := g.submitGroup("group of 5", tenantA, 5)
+	g.pl.dispatch()
+	if len(g.proposed) != 18 {
+		t.Fatalf("a dispatch with the window full proposed %d more commands", len(g.proposed)-18)
+	}
+	// All but the last command of the group of 17 answered: its units are
 	// still held.
-	first := g.proposed[:5]
-	for _, id := range first[:4] {
+	first := g.proposed[:17]
+	for _, id := range first[:16] {
 		g.pl.answer(id, namespace.Result{Reply: &namespace.SessionCreated{Session: id.Seq}})
 	}
 	if n := inflight(); n != 4 {
-		t.Fatalf("window places held with one command of a group unanswered: %d; want 4", n)
+		t.Fatalf("window units held with one command of a group unanswered: %d; want 4", n)
 	}
-	g.pl.answer(first[4], namespace.Result{Reply: &namespace.SessionCreated{Session: first[4].Seq}})
-	if n := inflight(); n != 3 {
-		t.Fatalf("window places held after a whole group was answered: %d; want 3", n)
+	g.pl.answer(first[16], namespace.Result{Reply: &namespace.SessionCreated{Session: first[16].Seq}})
+	if n := inflight(); n != 1 {
+		t.Fatalf("window units held after the group of 17 was answered: %d; want 1 (tenant b's)", n)
 	}
-	g.proposed = g.proposed[5:]
+	g.proposed = g.proposed[17:]
+	g.pl.dispatch()
+	if len(g.proposed) != 6 {
+		t.Fatalf("%d commands in the core after the next dispatch; want 6 (tenant b's and the group of 5)", len(g.proposed))
+	}
+	if n := inflight(); n != 2 {
+		t.Fatalf("window units held: %d; want 2", n)
+	}
 	g.applyAll()
-	for _, ds := range groups {
-		judged += expect(t, api.OK, ds...)
-	}
+	judged += expect(t, api.OK, big...)
+	judged += expect(t, api.OK, later...)
 	judged += expect(t, api.OK, other)
 	if n := inflight(); n != 0 {
-		t.Fatalf("window places held after every answer: %d; want 0", n)
+		t.Fatalf("window units held after every answer: %d; want 0", n)
 	}
-	if judged != 21 {
-		t.Fatalf("judged %d outcomes; want 21", judged)
+	if judged != 28 {
+		t.Fatalf("judged %d outcomes; want 28", judged)
 	}
 }
