@@ -32,11 +32,13 @@ const (
 	// DefaultAdminPrincipal is the principal (with no tenant) that
 	// administers the cell.
 	DefaultAdminPrincipal = "admin"
-	// DefaultProposalWindow is how many tenant commands may be between the
-	// fair scheduler and their applied result (see scheduler).
+	// DefaultProposalWindow is how many units of tenant commands may be
+	// between the fair scheduler and their applied result (see
+	// Config.ProposalWindow).
 	DefaultProposalWindow = 64
-	// DefaultTenantQueue is how many commands a tenant of weight 1 may have
-	// queued at the master before new ones are shed.
+	// DefaultTenantQueue is how many units of commands a tenant of weight
+	// 1 may have queued at the master before new ones are shed (see
+	// Config.TenantQueue).
 	DefaultTenantQueue = 256
 	// DefaultTenantReadConcurrency is how many reads of a tenant of weight
 	// 1 the master serves at once (as many again may wait).
@@ -172,12 +174,15 @@ type Config struct {
 	// FaultInjection or Faults.
 	UnsafeNoFsync bool
 	// ProposalWindow bounds the tenant commands between the fair scheduler
-	// and their applied result (the sessions of one CreateSessions call
-	// count as one: see scheduler). If zero, DefaultProposalWindow.
+	// and their applied result, in units: a command is one, the n sessions
+	// of one CreateSessions call are ceil(n/8), and a call is let through
+	// whole while fewer than ProposalWindow units are out, so it may pass
+	// the bound by less than its own units (see scheduler). If zero,
+	// DefaultProposalWindow.
 	ProposalWindow int
 	// TenantQueue bounds the commands a tenant of weight 1 may have waiting
-	// in its fair-share queue (weight w: w times as many; the sessions of
-	// one CreateSessions call count as one); more are shed with
+	// in its fair-share queue (weight w: w times as many), in the units of
+	// ProposalWindow, checked the same way; more are shed with
 	// ResourceExhausted. If zero, DefaultTenantQueue.
 	TenantQueue int
 	// TenantReadConcurrency bounds the reads a tenant of weight 1 has
