@@ -84,111 +84,244 @@ func (r *KeepAliveBatchRequest) EncodeMsgpack(enc *msgpack.Encoder) error {
 	return nil
 }
 
-// DecodeMsgpack reads a batch as msgpack's reflection would.
-func (r *KeepAliveBatchRequest) DecodeMsgpack(dec *msgpack.Decoder) error {
-	n, ok, err := mapStart(dec)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return dec.Decode((*kaBatchRequestWire)(r))
-	}
-	if n < 0 {
-		*r = KeepAliveBatchRequest{}
+// UnmarshalMsgpack reads a batch from b, one msgpack value, as
+// msgpack's reflection would into a zero KeepAliveBatchRequest. The forms
+// the batch encoders write (this codec's and reflection's) it parses from
+// the bytes directly; any other form (a struct as an array, a key it does
+// not know, a repeated batch key), and a damaged b, it hands to
+// reflection, which decides. A master reads one of these frames a round
+// per connection, with an entry per session: transport.Frame.Decode hands
+// it the frame's body without a msgpack.Decoder in between.
+func (r *KeepAliveBatchRequest) UnmarshalMsgpack(b []byte) error {
+	p := kaParser{b: b}
+	if qs, ok := p.batchRequest(); ok && p.i == len(b) {
+		r.KeepAlives = qs
 		return nil
 	}
-	var kb keyBuf
+	*r = KeepAliveBatchRequest{}
+	return msgpack.Unmarshal(b, (*kaBatchRequestWire)(r))
+}
+
+// kaParser parses the canonical forms of a KeepAlive batch request from
+// bytes: every method reports false, leaving i wherever it stopped, for a
+// form it does not parse or bytes that end early.
+type kaParser struct {
+	b []byte
+	i int
+}
+
+// batchRequest parses {"k": [entries]}.
+func (p *kaParser) batchRequest() (qs []KeepAliveStreamRequest, ok bool) {
+	n, ok := p.mapLen()
+	if !ok {
+		return nil, false
+	}
+	seen := false
 	for range n {
-		key, err := kb.read(dec)
-		if err != nil {
-			return err
+		if k, ok := p.key(); !ok || k != 'k' || seen {
+			return nil, false
 		}
-		if string(key) != "k" {
-			if err := dec.Skip(); err != nil {
-				return err
-			}
+		seen = true
+		if p.i < len(p.b) && p.b[p.i] == msgpcode.Nil {
+			p.i++
 			continue
 		}
-		m, err := dec.DecodeArrayLen()
-		if err != nil {
-			return err
+		m, ok := p.arrayLen()
+		if !ok {
+			return nil, false
 		}
-		if m < 0 {
-			r.KeepAlives = nil
-			continue
-		}
-		qs := make([]KeepAliveStreamRequest, 0, min(m, maxPrealloc))
+		qs = make([]KeepAliveStreamRequest, 0, min(m, maxPrealloc))
 		for range m {
 			qs = append(qs, KeepAliveStreamRequest{})
-			if err := decodeStreamRequest(dec, &kb, &qs[len(qs)-1]); err != nil {
-				return err
+			if !p.streamRequest(&qs[len(qs)-1]) {
+				return nil, false
 			}
 		}
-		r.KeepAlives = qs
 	}
-	return nil
+	return qs, true
 }
 
-// decodeStreamRequest reads one entry of a batch into q (a zero value).
-func decodeStreamRequest(dec *msgpack.Decoder, kb *keyBuf, q *KeepAliveStreamRequest) error {
-	n, ok, err := mapStart(dec)
-	if err != nil {
-		return err
-	}
+// streamRequest parses {"c": call, "k": {...}} into q.
+func (p *kaParser) streamRequest(q *KeepAliveStreamRequest) bool {
+	n, ok := p.mapLen()
 	if !ok {
-		return dec.Decode(q)
+		return false
 	}
 	for range n {
-		key, err := kb.read(dec)
-		if err != nil {
-			return err
+		k, ok := p.key()
+		if !ok {
+			return false
 		}
-		switch string(key) {
-		case "c":
-			q.Call, err = dec.DecodeUint64()
-		case "k":
-			err = decodeKeepAliveRequest(dec, kb, &q.KeepAlive)
+		switch k {
+		case 'c':
+			q.Call, ok = p.uint()
+		case 'k':
+			ok = p.keepAliveRequest(&q.KeepAlive)
 		default:
-			err = dec.Skip()
+			return false
 		}
-		if err != nil {
-			return err
+		if !ok {
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
-// decodeKeepAliveRequest reads a KeepAliveRequest into k (a zero value).
-func decodeKeepAliveRequest(dec *msgpack.Decoder, kb *keyBuf, k *KeepAliveRequest) error {
-	n, ok, err := mapStart(dec)
-	if err != nil {
-		return err
-	}
+// keepAliveRequest parses {"s": session, "e": epoch, "tk": token, "a":
+// ack} into k.
+func (p *kaParser) keepAliveRequest(k *KeepAliveRequest) bool {
+	n, ok := p.mapLen()
 	if !ok {
-		return dec.Decode(k)
+		return false
 	}
 	for range n {
-		key, err := kb.read(dec)
-		if err != nil {
-			return err
+		key, ok := p.key()
+		if !ok {
+			return false
 		}
-		switch string(key) {
-		case "s":
-			k.Session, err = dec.DecodeUint64()
-		case "e":
-			k.Epoch, err = dec.DecodeUint64()
-		case "tk":
-			k.Token, err = dec.DecodeString()
-		case "a":
-			k.Ack, err = dec.DecodeUint64()
+		switch key {
+		case 's':
+			k.Session, ok = p.uint()
+		case 'e':
+			k.Epoch, ok = p.uint()
+		case 'a':
+			k.Ack, ok = p.uint()
+		case 't'<<8 | 'k':
+			k.Token, ok = p.str()
 		default:
-			err = dec.Skip()
+			return false
 		}
-		if err != nil {
-			return err
+		if !ok {
+			return false
 		}
 	}
-	return nil
+	return true
+}
+
+// key parses a key of one or two bytes as a fixstr, returned as a
+// number: one byte is itself, two are first<<8 | second.
+func (p *kaParser) key() (int, bool) {
+	if p.i >= len(p.b) {
+		return 0, false
+	}
+	c := p.b[p.i]
+	switch {
+	case c == msgpcode.FixedStrLow|1 && p.i+2 <= len(p.b):
+		p.i += 2
+		return int(p.b[p.i-1]), true
+	case c == msgpcode.FixedStrLow|2 && p.i+3 <= len(p.b):
+		p.i += 3
+		return int(p.b[p.i-2])<<8 | int(p.b[p.i-1]), true
+	}
+	return 0, false
+}
+
+// mapLen parses the header of a fixmap.
+func (p *kaParser) mapLen() (int, bool) {
+	if p.i >= len(p.b) || !msgpcode.IsFixedMap(p.b[p.i]) {
+		return 0, false
+	}
+	p.i++
+	return int(p.b[p.i-1] & msgpcode.FixedMapMask), true
+}
+
+// arrayLen parses the header of an array. The length is not trusted:
+// each entry is parsed from bytes that must be there.
+func (p *kaParser) arrayLen() (int, bool) {
+	if p.i >= len(p.b) {
+		return 0, false
+	}
+	c := p.b[p.i]
+	switch {
+	case c >= msgpcode.FixedArrayLow && c <= msgpcode.FixedArrayHigh:
+		p.i++
+		return int(c & msgpcode.FixedArrayMask), true
+	case c == msgpcode.Array16:
+		n, ok := p.fixed(2)
+		return int(n), ok
+	case c == msgpcode.Array32:
+		n, ok := p.fixed(4)
+		return int(n), ok
+	}
+	return 0, false
+}
+
+// fixed parses a code byte followed by a big-endian number of size bytes.
+func (p *kaParser) fixed(size int) (uint64, bool) {
+	if p.i+1+size > len(p.b) {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range p.b[p.i+1 : p.i+1+size] {
+		n = n<<8 | uint64(c)
+	}
+	p.i += 1 + size
+	return n, true
+}
+
+// uint parses an integer of any form, or nil, into a uint64 as msgpack's
+// DecodeUint64 does (a negative one wraps).
+func (p *kaParser) uint() (uint64, bool) {
+	if p.i >= len(p.b) {
+		return 0, false
+	}
+	c := p.b[p.i]
+	if msgpcode.IsFixedNum(c) {
+		p.i++
+		return uint64(int8(c)), true
+	}
+	switch c {
+	case msgpcode.Nil:
+		p.i++
+		return 0, true
+	case msgpcode.Uint8:
+		return p.fixed(1)
+	case msgpcode.Uint16:
+		return p.fixed(2)
+	case msgpcode.Uint32:
+		return p.fixed(4)
+	case msgpcode.Uint64, msgpcode.Int64:
+		return p.fixed(8)
+	case msgpcode.Int8:
+		n, ok := p.fixed(1)
+		return uint64(int8(n)), ok
+	case msgpcode.Int16:
+		n, ok := p.fixed(2)
+		return uint64(int16(n)), ok
+	case msgpcode.Int32:
+		n, ok := p.fixed(4)
+		return uint64(int32(n)), ok
+	}
+	return 0, false
+}
+
+// str parses a string (str8, str16, str32 or fixstr).
+func (p *kaParser) str() (string, bool) {
+	if p.i >= len(p.b) {
+		return "", false
+	}
+	c := p.b[p.i]
+	var n uint64
+	ok := true
+	switch {
+	case msgpcode.IsFixedString(c):
+		n = uint64(c & msgpcode.FixedStrMask)
+		p.i++
+	case c == msgpcode.Str8:
+		n, ok = p.fixed(1)
+	case c == msgpcode.Str16:
+		n, ok = p.fixed(2)
+	case c == msgpcode.Str32:
+		n, ok = p.fixed(4)
+	default:
+		return "", false
+	}
+	if !ok || n > uint64(len(p.b)-p.i) {
+		return "", false
+	}
+	s := string(p.b[p.i : p.i+int(n)])
+	p.i += int(n)
+	return s, true
 }
 
 // EncodeMsgpack writes the reply as msgpack's reflection would (a map
