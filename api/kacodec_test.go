@@ -229,6 +229,22 @@ func TestKeepAliveBatchDecodeLikeReflection(t *testing.T) {
 		anyArr{1, 2},
 		"a string",
 	}
+	// Integers of every width and sign, and nil, in every integer field,
+	// in the forms the fast parser takes itself (known keys only).
+	for _, n := range []any{int8(-3), int16(-300), int32(-70000), int64(-5), int64(math.MinInt64), uint8(200),
+		uint16(60000), uint32(1 << 31), uint64(1 << 63), nil, 7, "x"} {
+		for _, key := range []string{"s", "e", "a", "c"} {
+			ka := anyMap{"s": 1, "e": 2, "a": 3}
+			q := anyMap{"c": 4, "k": ka}
+			if key == "c" {
+				q["c"] = n
+			} else {
+				ka[key] = n
+			}
+			odd = append(odd, anyMap{"k": anyArr{q}})
+		}
+		odd = append(odd, anyMap{"r": anyArr{anyMap{"c": n, "k": anyMap{"lt": n, "h": n, "e": n, "ca": n}}}})
+	}
 	for _, v := range odd {
 		body, err := msgpack.Marshal(v)
 		if err != nil {
