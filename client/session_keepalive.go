@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
+	"github.com/lockcell/lockcell/transport"
 )
 
 // kaResult is the outcome of one KeepAlive.
@@ -534,7 +535,8 @@ func (l *loop) endFind() {
 
 // moveTo takes the result of the search for the master the session waited
 // for: the client moves to the master found ("" if the search gave up),
-// and a KeepAlive goes there at once. If the master is where the client
+// and a KeepAlive goes there at once, unless one already does
+// (headingFor). If the master is where the client
 // already is, the connection is kept (the master may only be slow), unless
 // that happened twice before with no reply in between: then the connection
 // itself is suspect and is replaced.
@@ -552,6 +554,37 @@ func (l *loop) moveTo(f foundMaster) {
 	} else {
 		l.stuck++
 	}
-	l.kicked = true
+	if !l.headingFor(moved) {
+		l.kicked = true
+	}
 	l.waiting = false
+}
+
+// headingFor reports whether a KeepAlive of the session already heads for
+// the master: one still waiting for the sender, which sends it on the
+// client's connection as it is when sent, or, if onConn, one out on the
+// client's current connection. A second one sent at once would only
+// supersede it at the master: an extra round trip per session in a
+// fail-over's storm. After a search that kept the client's connection,
+// a KeepAlive out on it is not counted (onConn false): it was silent,
+// and the search's answer is to send another (the master may have lost
+// it).
+func (l *loop) headingFor(onConn bool) bool {
+	var cur *transport.ClientConn
+	if onConn {
+		c := l.s.c
+		c.mu.Lock()
+		cur = c.mu.conn
+		c.mu.Unlock()
+	}
+	for _, ka := range l.live {
+		if ka.given {
+			continue
+		}
+		ks := ka.kc.ks.Load()
+		if ks == nil || (cur != nil && ks.cc == cur && ks.ctx.Err() == nil) {
+			return true
+		}
+	}
+	return false
 }
