@@ -172,11 +172,13 @@ type Config struct {
 	// FaultInjection or Faults.
 	UnsafeNoFsync bool
 	// ProposalWindow bounds the tenant commands between the fair scheduler
-	// and their applied result. If zero, DefaultProposalWindow.
+	// and their applied result (the sessions of one CreateSessions call
+	// count as one: see scheduler). If zero, DefaultProposalWindow.
 	ProposalWindow int
 	// TenantQueue bounds the commands a tenant of weight 1 may have waiting
-	// in its fair-share queue (weight w: w times as many); more are shed
-	// with ResourceExhausted. If zero, DefaultTenantQueue.
+	// in its fair-share queue (weight w: w times as many; the sessions of
+	// one CreateSessions call count as one); more are shed with
+	// ResourceExhausted. If zero, DefaultTenantQueue.
 	TenantQueue int
 	// TenantReadConcurrency bounds the reads a tenant of weight 1 has
 	// served at once (weight w: w times as many); further reads wait, up to

@@ -2,6 +2,7 @@ package cell_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -235,6 +236,60 @@ func TestCreateSessionsBadCount(t *testing.T) {
 		}
 		if len(resp.Sessions) != api.MaxCreateSessions {
 			t.Fatalf("CreateSessions(%d) answered %d entries", api.MaxCreateSessions, len(resp.Sessions))
+		}
+	})
+}
+
+// TestCreateSessionsOneFairShareUnit: a CreateSessions call is one unit
+// of its tenant's fair share at the master, however many sessions it asks
+// for: with a tenant queue of 2 and a window of 2, 600 NewSession calls
+// made at once on three Clients (joined into calls of up to 256) are all
+// served, none shed, and their creations share slots far beyond the
+// window's 2. Counted as one unit per session, the same calls would be
+// shed for a full queue and trickle through two sessions a slot. Floors:
+// 600 sessions opened and held, slots counted.
+func TestCreateSessionsOneFairShareUnit(t *testing.T) {
+	const perClient, clients = 200, 3
+	synctest.Test(t, func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Replicas: 3, Tune: func(cfg *cell.Config) {
+			cfg.ProposalWindow, cfg.TenantQueue = 2, 2
+		}})
+		ctx := testCtx(t, 10*time.Minute)
+		m := c.Master()
+		if m == nil {
+			t.Fatal("no master")
+		}
+		before := m.Status()
+		var wg sync.WaitGroup
+		errs := make(chan error, perClient*clients)
+		for i := range clients {
+			cl := c.Dial(ctx, c.ClientConfig("", fmt.Sprintf("p%d", i)))
+			for range perClient {
+				wg.Go(func() {
+					if _, err := cl.NewSession(ctx); err != nil {
+						errs <- err
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("NewSession: %v", err)
+		}
+		after := m.Status()
+		slots := after.Chosen - before.Chosen
+		metrics := m.MetricsText()
+		shed := metricSum(metrics, "lockcell_tenant_shed_total")
+		t.Logf("%d sessions in %d slots; %v shed", perClient*clients, slots, shed)
+		if after.Sessions < perClient*clients || slots == 0 {
+			t.Fatalf("the master holds %d sessions after %d slots; want %d", after.Sessions, slots, perClient*clients)
+		}
+		if shed != 0 {
+			t.Errorf("%v commands shed; want none (three calls in flight at most, against a queue of 2 and a window of 2 calls)", shed)
+		}
+		if slots*8 > perClient*clients {
+			t.Errorf("%d sessions took %d slots; want at least 8 a slot with a window of 2 calls", perClient*clients, slots)
 		}
 	})
 }

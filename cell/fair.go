@@ -3,6 +3,7 @@ package cell
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockcell/lockcell/api"
@@ -16,9 +17,10 @@ import (
 // round-robin order (a deficit round-robin with unit cost: a tenant of
 // weight w gets up to w commands per turn), while at most
 // Config.ProposalWindow commands are between their queue and their applied
-// result. A flooding tenant therefore fills its own queue, not the
-// pipeline: another tenant's command waits for at most one turn of every
-// busy tenant plus the window, whatever the flood. When a tenant's queue is
+// result (a group counts as one command: see below). A flooding tenant
+// therefore fills its own queue, not the pipeline: another tenant's
+// command waits for at most one turn of every busy tenant plus the window,
+// whatever the flood. When a tenant's queue is
 // full its new commands are shed with ResourceExhausted and a RetryAfter
 // hint; nothing that was accepted is dropped (a queued command is either
 // proposed or answered with an error that says it was not).
@@ -29,6 +31,19 @@ import (
 // limit alone cannot tell a saturated master from an idle one. The window
 // is what makes the order matter: without it, everything queued would be
 // proposed at once and the order of arrival would decide.
+//
+// A group of commands submitted together (pipeline.submitGroup: the
+// sessions of one CreateSessions call) is one unit here: one entry of its
+// tenant's queue, one turn's unit of credit and one window place, held
+// until its last command's outcome. The queue and the window therefore
+// count calls, not commands; a call of n commands was charged n against
+// the tenant's rate when it was admitted, and each of its commands is held
+// to the tenant's quotas as it is applied. Counting a group of n as n
+// places let a window of 64 carry at most 64 session creations into a
+// slot, whatever the clients sent: opens were bounded by the window, not
+// by Paxos or the CPU. A group is at most api.MaxCreateSessions commands,
+// so the most commands the window lets into Paxos is that many times the
+// window, which the pipeline's maxInPaxos bounds in turn.
 //
 // Which commands come here is routeFor's decision (pipeline.go); the time
 // stamp is taken when the run loop proposes a command, so one that waited
@@ -49,7 +64,8 @@ type scheduler struct {
 	}
 }
 
-// tenantQueue is one tenant's FIFO of commands waiting for dispatch.
+// tenantQueue is one tenant's FIFO of commands waiting for dispatch; an
+// item with members is a group (proposal.members), one unit of the queue.
 type tenantQueue struct {
 	items  []*proposal
 	weight int
@@ -76,8 +92,9 @@ type schedDeps struct {
 	stopped func() error
 	// shed counts a command of tenant refused because its queue was full.
 	shed func(tenant, reason string)
-	// queued reports that tenant's queue grew (+1) or shrank (-1); it may
-	// be called with the scheduler's mutex held, so it must not block.
+	// queued reports that tenant's queue grew or shrank by delta commands
+	// (a group counts its commands); it may be called with the
+	// scheduler's mutex held, so it must not block.
 	queued func(tenant string, delta int)
 }
 
@@ -88,8 +105,10 @@ func newScheduler(d schedDeps) *scheduler {
 	return s
 }
 
-// submit queues it for tenant. With force the tenant's queue bound is not
-// applied (routeFairNoShed: see routeFor).
+// submit queues it, with its members if it leads a group, for tenant, as
+// one unit of the tenant's queue. With force the tenant's queue bound is
+// not applied (routeFairNoShed: see routeFor). An error means nothing was
+// queued: the caller answers it and its members.
 func (s *scheduler) submit(tenant string, it *proposal, force bool) error {
 	s.mu.Lock()
 	if s.mu.closed {
@@ -109,7 +128,7 @@ func (s *scheduler) submit(tenant string, it *proposal, force bool) error {
 		return api.RetryAfterError(fmt.Sprintf("tenant %q: %d commands queued at the master; it is saturated", tenant, limit), 20*time.Millisecond)
 	}
 	q.items = append(q.items, it)
-	s.d.queued(tenant, +1)
+	s.d.queued(tenant, 1+len(it.members))
 	s.mu.Unlock()
 	s.d.wake()
 	return nil
@@ -149,9 +168,11 @@ func (s *scheduler) nextLocked() (string, *proposal) {
 }
 
 // next takes the next tenant command to propose, in fair-share order, or
-// nil if the window is full or nothing is queued. The command holds a
-// window place until its outcome is delivered (proposal.finish). Run loop
-// only (pipeline.dispatch).
+// nil if the window is full or nothing is queued; a group's leader comes
+// with its members (proposal.members), to be proposed together. The
+// command, or the group, holds one window place until the last of its
+// outcomes is delivered (proposal.finish). Run loop only
+// (pipeline.dispatch).
 func (s *scheduler) next() *proposal {
 	s.mu.Lock()
 	tenant, p := s.nextLocked()
@@ -159,9 +180,30 @@ func (s *scheduler) next() *proposal {
 	if p == nil {
 		return nil
 	}
-	s.d.queued(tenant, -1)
-	p.sched = s
+	s.d.queued(tenant, -(1 + len(p.members)))
+	w := &windowPlace{s: s}
+	w.held.Store(int32(1 + len(p.members)))
+	p.place = w
+	for _, q := range p.members {
+		q.place = w
+	}
 	return p
+}
+
+// windowPlace is one place of the scheduler's window, held by a command
+// or by every command of a group until each has its outcome.
+type windowPlace struct {
+	s *scheduler
+	// held counts the commands whose outcome is still to come.
+	held atomic.Int32
+}
+
+// release is called once per holder as its outcome is delivered; the last
+// frees the place.
+func (w *windowPlace) release() {
+	if w.held.Add(-1) == 0 {
+		w.s.finished()
+	}
 }
 
 // finished frees a window place. It runs on the run loop goroutine (from a
@@ -190,8 +232,13 @@ func (s *scheduler) close() {
 	defer s.d.wake()
 	for tenant, q := range queues {
 		for _, p := range q.items {
-			s.d.queued(tenant, -1)
+			s.d.queued(tenant, -(1 + len(p.members)))
+			members := p.members
+			p.members = nil
 			p.finish(namespace.Result{}, s.d.stopped())
+			for _, q := range members {
+				q.finish(namespace.Result{}, s.d.stopped())
+			}
 		}
 	}
 }

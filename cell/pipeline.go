@@ -84,7 +84,9 @@ type pipelineEnv struct {
 
 // maxInPaxos bounds the commands the pipeline keeps in the Paxos core at
 // once; more wait in their queues (direct or tenant) until answers free
-// room. It is also the capacity load.go measures the master's load against.
+// room. A group (submitGroup) is proposed whole once there is any room, so
+// the bound may be passed by less than one group. It is also the capacity
+// load.go measures the master's load against.
 const maxInPaxos = 4096
 
 func newPipeline(env pipelineEnv) *pipeline {
@@ -179,8 +181,12 @@ type proposal struct {
 	// settled tells the clock the outcome of the stamp it took; nil until
 	// stamped.
 	settled func()
-	// sched is the scheduler whose window it holds a place in, if any.
-	sched *scheduler
+	// members are the other commands of the group it leads (submitGroup),
+	// while the group waits in its tenant queue; nil once dispatched.
+	members []*proposal
+	// place is the scheduler window place it holds (alone or with its
+	// group), if any.
+	place *windowPlace
 	// answered is set by finish, to catch a second delivery (invariants).
 	answered atomic.Bool
 }
@@ -194,8 +200,8 @@ func (p *proposal) finish(res namespace.Result, err error) {
 	if p.settled != nil {
 		p.settled()
 	}
-	if p.sched != nil {
-		p.sched.finished()
+	if p.place != nil {
+		p.place.release()
 	}
 	p.done(res, err)
 }
@@ -228,6 +234,51 @@ func (pl *pipeline) submit(ctx context.Context, m *master, o origin, caller name
 	}
 	if err := m.sched.submit(caller.Tenant, p, p.route == routeFairNoShed); err != nil {
 		p.finish(namespace.Result{}, err)
+	}
+}
+
+// submitGroup submits ops for caller as one group, under the master role
+// m: commands that travel together, proposed at once so that they share a
+// slot, each applied on its own (each is held to the caller's quotas in
+// turn). In a tenant queue the group is one unit and holds one window
+// place (fair.go), as the one call it comes from; a full queue sheds the
+// whole group. done is called exactly once for each i with the outcome of
+// ops[i], as submit's done is.
+func (pl *pipeline) submitGroup(ctx context.Context, m *master, o origin, caller namespace.Caller, ops []namespace.Op, done func(i int, res namespace.Result, err error)) {
+	if len(ops) == 0 {
+		return
+	}
+	r := routeFor(o, caller)
+	ps := make([]*proposal, len(ops))
+	for i, op := range ops {
+		ps[i] = &proposal{ctx: ctx, m: m, caller: caller, op: op, route: r, done: func(res namespace.Result, err error) { done(i, res, err) }}
+	}
+	finishAll := func(err error) {
+		for _, p := range ps {
+			p.finish(namespace.Result{}, err)
+		}
+	}
+	if m == nil {
+		finishAll(pl.env.notMaster())
+		return
+	}
+	if r == routeDirect {
+		pl.mu.Lock()
+		if pl.mu.stopped {
+			pl.mu.Unlock()
+			finishAll(errUnavailable("the replica stopped"))
+			return
+		}
+		pl.mu.direct = append(pl.mu.direct, ps...)
+		pl.mu.Unlock()
+		pl.poke()
+		return
+	}
+	lead := ps[0]
+	lead.members = ps[1:]
+	if err := m.sched.submit(caller.Tenant, lead, r == routeFairNoShed); err != nil {
+		lead.members = nil
+		finishAll(err)
 	}
 }
 
@@ -299,12 +350,18 @@ func (pl *pipeline) dispatch() {
 	}
 	// Tenant queues of an earlier master role were answered when it
 	// stopped (scheduler.close); only the current one's are left.
-	for ; m != nil && room > 0; room-- {
+	for m != nil && room > 0 {
 		p := m.sched.next()
 		if p == nil {
 			break
 		}
+		group := p.members
+		p.members = nil
 		pl.propose(p, m)
+		for _, q := range group {
+			pl.propose(q, m)
+		}
+		room -= 1 + len(group)
 	}
 }
 
@@ -376,7 +433,7 @@ func (pl *pipeline) take(id paxos.ProposalID) (*proposal, bool) {
 	if !ok {
 		return nil, false
 	}
-	if len(pl.waiters) == maxInPaxos {
+	if len(pl.waiters) >= maxInPaxos {
 		pl.poke() // room again for what waits in the queues
 	}
 	delete(pl.waiters, id)

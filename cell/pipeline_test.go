@@ -416,3 +416,79 @@ func TestPipelineWindowFreed(t *testing.T) {
 		t.Fatalf("window holds %d places after every command was answered; want 0", inflight)
 	}
 }
+
+// submitGroup submits n CreateSessions as one group for caller and
+// returns their delivery counters.
+func (g *pipeRig) submitGroup(name string, c namespace.Caller, n int) []*delivery {
+	ds := make([]*delivery, n)
+	ops := make([]namespace.Op, n)
+	for i := range ds {
+		ds[i] = &delivery{name: fmt.Sprintf("%s[%d]", name, i)}
+		ops[i] = &namespace.CreateSession{}
+	}
+	g.pl.submitGroup(context.Background(), g.m, originRequest, c, ops, func(i int, res namespace.Result, err error) { ds[i].done(res, err) })
+	return ds
+}
+
+// TestPipelineGroupIsOneUnit: the commands of one call submitted as a
+// group (the sessions of a CreateSessions call) take one entry of their
+// tenant's queue and one place of the scheduler's window, as the one call
+// they are: with a queue bound of 3 and a window of 4, three groups of 5
+// are accepted and a fourth is shed whole; one dispatch proposes all 15
+// commands, and another tenant's command still finds a window place. A
+// group's place is freed only when its last command is answered. Every
+// command is answered exactly once.
+func TestPipelineGroupIsOneUnit(t *testing.T) {
+	g := newPipeRig(t)
+	var groups [][]*delivery
+	for i := range 3 {
+		groups = append(groups, g.submitGroup(fmt.Sprintf("group %d", i), tenantA, 5))
+	}
+	shed := g.submitGroup("group over the bound", tenantA, 5)
+	judged := expect(t, api.ResourceExhausted, shed...)
+	for _, ds := range groups {
+		for _, d := range ds {
+			if d.count != 0 {
+				t.Fatalf("%s was answered at submit (%v); want its group queued as one unit", d.name, d.err)
+			}
+		}
+	}
+	other := g.submit(context.Background(), "tenant b", originRequest, tenantB, &namespace.CreateSession{})
+	g.pl.dispatch()
+	if len(g.proposed) != 16 {
+		t.Fatalf("one dispatch proposed %d commands; want 16 (three groups of 5 and tenant b's, each group one window place)", len(g.proposed))
+	}
+	inflight := func() int {
+		g.m.sched.mu.Lock()
+		defer g.m.sched.mu.Unlock()
+		return g.m.sched.mu.inflight
+	}
+	if n := inflight(); n != 4 {
+		t.Fatalf("window places held: %d; want 4", n)
+	}
+	// All but the last command of the first group answered: its place is
+	// still held.
+	first := g.proposed[:5]
+	for _, id := range first[:4] {
+		g.pl.answer(id, namespace.Result{Reply: &namespace.SessionCreated{Session: id.Seq}})
+	}
+	if n := inflight(); n != 4 {
+		t.Fatalf("window places held with one command of a group unanswered: %d; want 4", n)
+	}
+	g.pl.answer(first[4], namespace.Result{Reply: &namespace.SessionCreated{Session: first[4].Seq}})
+	if n := inflight(); n != 3 {
+		t.Fatalf("window places held after a whole group was answered: %d; want 3", n)
+	}
+	g.proposed = g.proposed[5:]
+	g.applyAll()
+	for _, ds := range groups {
+		judged += expect(t, api.OK, ds...)
+	}
+	judged += expect(t, api.OK, other)
+	if n := inflight(); n != 0 {
+		t.Fatalf("window places held after every answer: %d; want 0", n)
+	}
+	if judged != 21 {
+		t.Fatalf("judged %d outcomes; want 21", judged)
+	}
+}

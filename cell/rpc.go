@@ -36,15 +36,17 @@ type handlerDeps struct {
 	state appliedState
 	// propose runs op through the pipeline under the master role m as
 	// caller's request and waits for its outcome (pipeline.do); submit is
-	// its non-blocking form (pipeline.submit).
-	propose func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op) (namespace.Result, error)
-	submit  func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op, done func(namespace.Result, error))
-	seq     sequencerKey
-	ka      keepAliveDeps
-	admin   adminDeps
-	members *membership
-	metrics *metrics
-	log     *slog.Logger
+	// its non-blocking form (pipeline.submit); submitGroup submits the
+	// commands of one call as a group (pipeline.submitGroup).
+	propose     func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op) (namespace.Result, error)
+	submit      func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op, done func(namespace.Result, error))
+	submitGroup func(ctx context.Context, m *master, caller namespace.Caller, ops []namespace.Op, done func(i int, res namespace.Result, err error))
+	seq         sequencerKey
+	ka          keepAliveDeps
+	admin       adminDeps
+	members     *membership
+	metrics     *metrics
+	log         *slog.Logger
 }
 
 // roleDeps is how a call learns whether this replica serves as master.

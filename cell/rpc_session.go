@@ -28,12 +28,14 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 }
 
 // handleCreateSessions creates the sessions of a CreateSessions call: one
-// CreateSession command for each the rate let in (admit), submitted
-// together so that they share a slot, each held to the tenant's session
-// quota in turn as it is applied. It answers once every command has its
-// outcome, each in its entry; if none created a session the call fails
-// with the first entry's error, so that a client treats it as it would a
-// failed CreateSession (a NotMaster redirects it, a shed one retries).
+// CreateSession command for each the rate let in (admit), submitted as one
+// group (pipeline.submitGroup), so that they share a slot and take one
+// place of the tenant's fair share as the one call they are, each held to
+// the tenant's session quota in turn as it is applied. It answers once
+// every command has its outcome, each in its entry; if none created a
+// session the call fails with the first entry's error, so that a client
+// treats it as it would a failed CreateSession (a NotMaster redirects it,
+// a shed one retries).
 func handleCreateSessions(ctx context.Context, c *rpcCall, req *api.CreateSessionsRequest) (any, error) {
 	m := c.m
 	resp := &api.CreateSessionsResponse{Epoch: m.epoch, Principal: c.caller.Principal, Tenant: c.caller.Tenant,
@@ -45,33 +47,36 @@ func handleCreateSessions(ctx context.Context, c *rpcCall, req *api.CreateSessio
 			resp.Sessions[i].Err = shed
 		}
 	}
-	// The commands' outcomes come on the run loop, in any order; the last
-	// one closes all.
+	// The commands' outcomes come on the run loop, in any order (or on
+	// this goroutine, if the group is refused at once); the last one
+	// closes all.
 	var left atomic.Int64
 	left.Store(int64(k))
 	all := make(chan struct{})
 	op := &namespace.CreateSession{}
-	for i := range k {
-		e := &resp.Sessions[i]
-		c.d.submit(ctx, m, c.caller, op, func(res namespace.Result, err error) {
-			switch {
-			case err != nil:
-				e.Err = toAPIError(err)
-				if e.Err == errCoreBusy {
-					// A CreateSession of its own would be counted as a
-					// shed call; an entry is counted here.
-					c.d.metrics.shed(c.caller.Tenant, "paxos_busy")
-				}
-			case res.Err != nil:
-				e.Err = res.Err
-			default:
-				e.Session = res.Reply.(*namespace.SessionCreated).Session
-			}
-			if left.Add(-1) == 0 {
-				close(all)
-			}
-		})
+	ops := make([]namespace.Op, k)
+	for i := range ops {
+		ops[i] = op
 	}
+	c.d.submitGroup(ctx, m, c.caller, ops, func(i int, res namespace.Result, err error) {
+		e := &resp.Sessions[i]
+		switch {
+		case err != nil:
+			e.Err = toAPIError(err)
+			if e.Err == errCoreBusy {
+				// A CreateSession of its own would be counted as a
+				// shed call; an entry is counted here.
+				c.d.metrics.shed(c.caller.Tenant, "paxos_busy")
+			}
+		case res.Err != nil:
+			e.Err = res.Err
+		default:
+			e.Session = res.Reply.(*namespace.SessionCreated).Session
+		}
+		if left.Add(-1) == 0 {
+			close(all)
+		}
+	})
 	select {
 	case <-all:
 	case <-ctx.Done():

@@ -108,6 +108,9 @@ func (r *Replica) newHandlerDeps() *handlerDeps {
 		submit: func(ctx context.Context, m *master, caller namespace.Caller, op namespace.Op, done func(namespace.Result, error)) {
 			r.pipe.submit(ctx, m, originRequest, caller, op, done)
 		},
+		submitGroup: func(ctx context.Context, m *master, caller namespace.Caller, ops []namespace.Op, done func(int, namespace.Result, error)) {
+			r.pipe.submitGroup(ctx, m, originRequest, caller, ops, done)
+		},
 		seq: sequencerKey{cell: r.cfg.Cell, key: r.cfg.SigningKey},
 		ka:  keepAliveDeps{cadence: r.cfg.KeepAliveCadence, frames: &r.kaFrames},
 		admin: adminDeps{

@@ -21,6 +21,16 @@ import (
 // together as the next call (at most api.MaxCreateSessions each; nothing
 // lingers on a timer). A NewSession alone goes alone, at once.
 //
+// One more call may be in flight beside it, for the callers a call that
+// returned is likely to bring back: a caller that opens sessions one after
+// another (as a pool of workers does) comes back moments after its call
+// returned, and the first of them to come back finds no call in flight and
+// goes alone. Its fellows would then wait a whole call for that one
+// session, and the calls would alternate between one caller and the rest.
+// So once as many callers are queued as the last call that returned
+// carried (less those sent since), they go at once as a second call
+// (expect). If fewer come, they wait for a call to return, as before.
+//
 // Each caller's lease is counted from the send time of the call that
 // created its session, taken before the call was sent (and before any of
 // its retries), so it can only be shorter than the master's (the Session
@@ -39,10 +49,14 @@ import (
 type opener struct {
 	mu struct {
 		sync.Mutex
-		// sending: a CreateSessions call is in flight; queue holds the
-		// callers for the next one.
-		sending bool
+		// sending counts the CreateSessions calls in flight (at most
+		// maxOpenCalls); queue holds the callers for the next one.
+		sending int
 		queue   []*openWait
+		// expect is how many callers of the last call that returned have
+		// not been sent again: while one call is in flight, a queue that
+		// long goes at once as a second call.
+		expect int
 	}
 	// legacy is the connection whose replica does not know
 	// CreateSessions.
@@ -50,6 +64,10 @@ type opener struct {
 	// calls counts the CreateSessions calls sent (tests).
 	calls atomic.Uint64
 }
+
+// maxOpenCalls bounds a Client's CreateSessions calls in flight (see
+// opener).
+const maxOpenCalls = 2
 
 // openWait is one NewSession waiting for its entry of a CreateSessions
 // call. Its fields other than ctx and done are guarded by opener.mu.
@@ -100,8 +118,8 @@ func (c *Client) openOnce(ctx context.Context, resp *api.CreateSessionResponse) 
 	o.mu.Lock()
 	o.mu.queue = append(o.mu.queue, w)
 	var batch []*openWait
-	if !o.mu.sending {
-		o.mu.sending = true
+	if o.mu.sending == 0 || o.mu.sending < maxOpenCalls && o.mu.expect > 0 && len(o.mu.queue) >= o.mu.expect {
+		o.mu.sending++
 		batch = o.takeLocked()
 	}
 	o.mu.Unlock()
@@ -135,6 +153,7 @@ func (o *opener) takeLocked() []*openWait {
 	}
 	batch := o.mu.queue[:n:n]
 	o.mu.queue = o.mu.queue[n:]
+	o.mu.expect = max(o.mu.expect-n, 0)
 	if len(o.mu.queue) == 0 {
 		o.mu.queue = nil
 	}
@@ -189,7 +208,7 @@ func (c *Client) sendOpens(batch []*openWait) {
 		o.mu.Lock()
 		batch = o.takeLocked()
 		if batch == nil {
-			o.mu.sending = false
+			o.mu.sending--
 		}
 		o.mu.Unlock()
 	}
@@ -244,6 +263,7 @@ func (c *Client) openBatch(ctx context.Context, batch []*openWait) {
 		w.res = r
 		close(w.done)
 	}
+	o.mu.expect = len(batch)
 	o.mu.Unlock()
 	if len(orphans) > 0 {
 		go c.closeOrphans(orphans, resp.Epoch, lease)

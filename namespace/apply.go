@@ -172,6 +172,12 @@ func (a *applier) adjust(tenant string, nodes, bytes, sessions, locks int64) err
 	if err != nil {
 		return err
 	}
+	return a.adjustRec(tenant, t, nodes, bytes, sessions, locks)
+}
+
+// adjustRec is adjust on t, the tenant's record as this command read it
+// (nothing it did since wrote the record), saving a second read.
+func (a *applier) adjustRec(tenant string, t *tenantRec, nodes, bytes, sessions, locks int64) error {
 	u := &t.Usage
 	for _, f := range []struct {
 		v *uint64
@@ -205,7 +211,7 @@ func (a *applier) createSession() (Reply, *api.Error, error) {
 	if err := a.create(tenantSessionKey(a.c.Tenant, sid), nil); err != nil {
 		return nil, nil, err
 	}
-	if err := a.adjust(a.c.Tenant, 0, 0, 1, 0); err != nil {
+	if err := a.adjustRec(a.c.Tenant, t, 0, 0, 1, 0); err != nil {
 		return nil, nil, err
 	}
 	return &SessionCreated{Session: sid, Owner: a.c}, nil, nil

@@ -11,7 +11,8 @@
 #     over N2-N1 is the instructions per open of the five replicas and the
 #     client together (about a fifth of it is the client library's).
 #
-# GOGC=off keeps the collector's timing out of the difference;
+# GOGC=off keeps the collector's timing out of the differences (without
+# it the apply figure varied 30k-83k between runs of the same tree);
 # GODEBUG=asyncpreemptoff=1: callgrind 3.19 aborts on the Go runtime's
 # preemption signals.
 #
@@ -26,7 +27,7 @@ go test -c -o "$out/client.test" ./client
 collected() { sed -n 's/^==[0-9]*== Collected : //p' "$1"; }
 
 apply() {
-	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg.apply.$1" \
+	GOGC=off GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg.apply.$1" \
 		"$out/namespace.test" -test.run='^$' -test.bench='BenchmarkApplyCreateSession$' -test.benchtime="$1x" \
 		>"$out/log.apply.$1" 2>&1 || { echo "run failed: see $out/log.apply.$1" >&2; return 1; }
 	collected "$out/log.apply.$1"
