@@ -136,3 +136,36 @@ func TestIdleSessionCost(t *testing.T) {
 	t.Logf("%d idle sessions on one client: %.0f bytes and %.2f goroutines per session on the client; client and master together: %.0f bytes and %.0f allocations per open, %.2f allocations per session-second idle",
 		r.n, r.bytesPer, r.goroutinesPer, r.openBytes, r.openAllocs, r.idleAllocs)
 }
+
+// maxIdleAllocsPerSession is the most allocations, client and master
+// together, that one more idle session may add per second it idles. A
+// session's KeepAlive is an entry in its connection's batch frame each
+// round, which neither side allocates for on its own; what remains is the
+// client's per-round bookkeeping (about two).
+const maxIdleAllocsPerSession = 2.6
+
+// TestIdleSessionAllocsPerSession: the allocations per second of a
+// connection's idle sessions grow by at most maxIdleAllocsPerSession per
+// session: measured at two sizes, so that the cell's own idle work (its
+// ticks and lease renewals, the same at both) drops out, and what is left
+// is what each session's KeepAlive costs, client and master together.
+// Allocations do not depend on the machine's speed or load.
+func TestIdleSessionAllocsPerSession(t *testing.T) {
+	const idle = 20 * time.Second
+	small := measureIdleSessions(t, 500, idle)
+	large := measureIdleSessions(t, 2500, idle)
+	perSecond := func(r idleCost) float64 { return r.idleAllocs * float64(r.n) }
+	slope := (perSecond(large) - perSecond(small)) / float64(large.n-small.n)
+	t.Logf("idle allocations per second: %.0f with %d sessions, %.0f with %d: %.2f per session-second",
+		perSecond(small), small.n, perSecond(large), large.n, slope)
+	// Floor: the sessions' KeepAlives were answered (every session was safe
+	// after the idle time, which measureIdleSessions checks), and a round
+	// costs the client something per session, so the slope measured them.
+	if slope < 0.5 {
+		t.Fatalf("%.2f allocations per session-second: the sessions' KeepAlives were not measured", slope)
+	}
+	if slope > maxIdleAllocsPerSession {
+		t.Errorf("an idle session costs %.2f allocations per second it idles (client and master); want at most %.1f",
+			slope, maxIdleAllocsPerSession)
+	}
+}

@@ -208,7 +208,13 @@ func (k *kaLoop) run() {
 		for _, l := range kicked {
 			// step sends it, after looking at the session's state: a kick
 			// that follows a lapse must not go out on the old connection.
-			l.kicked = true
+			// None is needed if a KeepAlive already heads for the current
+			// connection (a search that moved the client nudges every
+			// session, and a call that met a fail-over its own): a second
+			// would only supersede it at the master.
+			if !l.headingFor(true) {
+				l.kicked = true
+			}
 			k.mark(l)
 		}
 		now := clock.Now()

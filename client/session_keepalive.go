@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/internal/monotime"
+	"github.com/lockcell/lockcell/transport"
 )
 
 // kaResult is the outcome of one KeepAlive.
@@ -23,6 +24,9 @@ type kaResult struct {
 	redirected bool
 	// replica is the replica the KeepAlive went to (0 if none).
 	replica uint64
+	// expired: the loop gave the KeepAlive up at its expiry (the failure
+	// is the loop's own, not the stream's or the master's).
+	expired bool
 }
 
 // liveKA is a KeepAlive in flight.
@@ -35,6 +39,9 @@ type liveKA struct {
 	expires monotime.Time
 	// given: it was given up and its failure is on the way.
 	given bool
+	// resend: it was started in jeopardy, and is sent again if unanswered
+	// past the master's cadence (expires is then silentAt).
+	resend bool
 	// watched: the master announced a cadence, and silentAt is when, if
 	// still unanswered, it shows the master silent past it; silent: that
 	// was noticed. (A monotime.Time has no "unset" value: the clock may
@@ -53,7 +60,12 @@ type loop struct {
 	s     *Session
 	clock monotime.Clock
 	// live are the KeepAlives in flight (at most three).
-	live   []liveKA
+	live []liveKA
+	// late are KeepAlives the loop stopped waiting for (given up at their
+	// expiry or when the session lapsed) that are still on a stream: a
+	// reply to one, however late, proves the lease from its send time
+	// (keepLate). At most maxLate; the oldest is forgotten first.
+	late   []*kaCall
 	nextID uint64
 	ack    uint64
 	epoch  uint64
@@ -125,7 +137,40 @@ func (l *loop) stop() {
 		ka.kc.giveUp(l.s.c)
 	}
 	l.live = nil
+	for _, kc := range l.late {
+		kc.giveUp(l.s.c)
+	}
+	l.late = nil
 	l.endFind()
+}
+
+// maxLate bounds a session's late KeepAlives (loop.late): a session in
+// jeopardy re-sends about every cadence, and a reply to any of the last
+// few is as good a proof as the newest one's.
+const maxLate = 4
+
+// keepLate stops waiting for kc but keeps its reply, should one come, as
+// a proof of the lease: the master renewed the lease when the KeepAlive
+// arrived and again when it answered, both after kc.sent, so the reply
+// proves Held+LeaseTimeout from kc.sent (shortened by the drift bound)
+// however long it took to arrive, exactly as an answer on time does. A
+// KeepAlive still waiting for the sender (not on a stream) is given up
+// instead: it never left, and the KeepAlive that replaces it goes in its
+// place. So a session in jeopardy whose master answers, but slower than
+// its cadence, is safe again at the first reply instead of re-sending
+// until one reply happens to beat its own deadline.
+func (l *loop) keepLate(kc *kaCall) {
+	if kc.ks.Load() == nil {
+		kc.giveUp(l.s.c)
+		// The sender may have put it on a stream meanwhile (giveUp took
+		// it off again): either way it is forgotten.
+		return
+	}
+	if len(l.late) == maxLate {
+		l.late[0].giveUp(l.s.c)
+		l.late = slices.Delete(l.late, 0, 1)
+	}
+	l.late = append(l.late, kc)
 }
 
 // isFinal reports whether the session ended (its KeepAlives stop).
@@ -142,12 +187,13 @@ func (l *loop) step(now monotime.Time) {
 	for i := range l.live {
 		ka := &l.live[i]
 		if !ka.given && !now.Before(ka.expires) {
-			// Forgotten at the stream; its failure is handled in the
-			// client loop's next round, as if it had come from there.
-			ka.kc.giveUp(l.s.c)
+			// No longer waited for (a late reply still counts, keepLate);
+			// its failure is handled in the client loop's next round, as
+			// if it had come from the stream.
+			l.keepLate(ka.kc)
 			ka.given = true
 			l.s.c.ka.local = append(l.s.c.ka.local, kaResult{l: l, id: ka.id, sent: ka.kc.sent, err: context.Canceled,
-				redirected: l.s.c.redirectedSince(ka.kc.before, context.Canceled), replica: ka.kc.replica})
+				redirected: l.s.c.redirectedSince(ka.kc.before, context.Canceled), replica: ka.kc.replica, expired: true})
 		}
 		if !ka.given && !ka.silent && ka.watched && !now.Before(ka.silentAt) && l.s.c.dialing() {
 			// Not silence: the client is still connecting (a master busy
@@ -236,11 +282,14 @@ func (l *loop) start(now monotime.Time) {
 		ka.watched = true
 		ka.silentAt = now.Add(l.cadence + SilenceMargin(l.cadence))
 		if l.jeopardy {
-			// In jeopardy, a KeepAlive unanswered past the cadence is given
-			// up and sent again, so that one reaches the master well within
-			// the lease the master still keeps for the session: one that
-			// waited out a whole grant could arrive after that lease ended.
+			// In jeopardy, a KeepAlive unanswered past the cadence is sent
+			// again, so that one reaches the master well within the lease
+			// the master still keeps for the session: one that waited out
+			// a whole grant could arrive after that lease ended. The loop
+			// stops waiting for it then, but its reply still counts
+			// (keepLate).
 			ka.expires = ka.silentAt
+			ka.resend = true
 		}
 	}
 	c := l.s.c
@@ -273,21 +322,24 @@ func (l *loop) prove(from monotime.Time, d time.Duration) {
 func (l *loop) handle(r kaResult) {
 	i := slices.IndexFunc(l.live, func(ka liveKA) bool { return ka.id == r.id })
 	if i < 0 {
-		return // abandoned
+		l.handleLate(r)
+		return
 	}
 	l.live = slices.Delete(l.live, i, i+1)
 	var ae *api.Error
 	switch {
 	case r.err == nil:
-		// The master answered: it is alive (or a newer one is).
-		l.heardAt = l.clock.Now()
-		l.endFind()
-		l.stuck = 0
-		l.cadence = time.Duration(r.resp.Cadence)
-		l.grant = min(l.grant, time.Duration(r.resp.LeaseTimeout))
-		l.prove(r.sent, time.Duration(r.resp.Held+r.resp.LeaseTimeout))
+		l.answered(r)
 		if l.events(r.resp) {
 			l.start(l.clock.Now()) // acknowledge at once
+		}
+	case r.expired && l.heardAt.After(r.sent):
+		// Given up at its expiry, but the master answered another
+		// KeepAlive of the session since this one left: not a sign of
+		// silence. Its reply may still come (keepLate); step sends the
+		// next KeepAlive if none is out.
+		if len(l.live) == 0 {
+			l.probing = false
 		}
 	case errors.As(r.err, &ae) && ae.Code == api.Aborted:
 		// Superseded, from a master that answers a replaced KeepAlive with
@@ -346,6 +398,54 @@ func (l *loop) handle(r kaResult) {
 	}
 }
 
+// answered takes the lease proof and cadence of a reply: the master (or
+// a newer one) is alive.
+func (l *loop) answered(r kaResult) {
+	l.heardAt = l.clock.Now()
+	l.endFind()
+	l.stuck = 0
+	l.cadence = time.Duration(r.resp.Cadence)
+	l.grant = min(l.grant, time.Duration(r.resp.LeaseTimeout))
+	l.prove(r.sent, time.Duration(r.resp.Held+r.resp.LeaseTimeout))
+	// KeepAlives sent in jeopardy need not be re-sent at the cadence any
+	// more: the session's lease runs again. They wait for their replies as
+	// any KeepAlive does.
+	for i := range l.live {
+		if ka := &l.live[i]; ka.resend && !ka.given {
+			ka.resend = false
+			ka.expires = max(ka.expires, ka.kc.sent.Add(l.grant))
+		}
+	}
+}
+
+// handleLate takes the result of a KeepAlive the loop no longer waits for
+// (keepLate): a reply proves the lease from its send time, as an answer on
+// time does; the master's word that the session ended ends it; any other
+// failure says nothing the loop has not handled already.
+func (l *loop) handleLate(r kaResult) {
+	if r.expired {
+		return // the loop's own failure of it, handled when it was live
+	}
+	j := slices.IndexFunc(l.late, func(kc *kaCall) bool { return kc.l == r.l && kc.id == r.id })
+	if j < 0 {
+		return // forgotten
+	}
+	l.late = slices.Delete(l.late, j, j+1)
+	var ae *api.Error
+	switch {
+	case r.err == nil:
+		l.s.c.log.Debug("client: a late KeepAlive reply proves the lease", "session", l.s.id, "sent", r.sent, "held", time.Duration(r.resp.Held))
+		l.answered(r)
+		// New events are acknowledged by the next KeepAlive: at once if
+		// none is out (one that is out is answered with them again).
+		if l.events(r.resp) && len(l.live) == 0 {
+			l.start(l.clock.Now())
+		}
+	case errors.As(r.err, &ae) && (ae.Code == api.SessionExpired || ae.Code == api.PermissionDenied || ae.Code == api.Unauthenticated):
+		l.s.finish(StateExpired, fmt.Errorf("%w: %w", ErrSessionExpired, r.err))
+	}
+}
+
 func (l *loop) backoff() {
 	l.failures++
 	l.waiting = true
@@ -382,10 +482,13 @@ func (l *loop) events(resp api.KeepAliveResponse) bool {
 func (l *loop) enterJeopardy() {
 	l.jeopardy = true
 	l.graceEnd = l.leaseEnd.Add(l.s.cfg.GracePeriod)
-	// Whatever is outstanding may sit on a dead connection: abandon it and
+	// Whatever is outstanding may sit on a dead connection: stop waiting
+	// for it (a reply that comes after all still counts, keepLate) and
 	// look for a master afresh.
 	for _, ka := range l.live {
-		ka.kc.giveUp(l.s.c)
+		if !ka.given {
+			l.keepLate(ka.kc)
+		}
 	}
 	l.live = l.live[:0]
 	l.probing = false
@@ -432,7 +535,8 @@ func (l *loop) endFind() {
 
 // moveTo takes the result of the search for the master the session waited
 // for: the client moves to the master found ("" if the search gave up),
-// and a KeepAlive goes there at once. If the master is where the client
+// and a KeepAlive goes there at once, unless one already does
+// (headingFor). If the master is where the client
 // already is, the connection is kept (the master may only be slow), unless
 // that happened twice before with no reply in between: then the connection
 // itself is suspect and is replaced.
@@ -450,6 +554,37 @@ func (l *loop) moveTo(f foundMaster) {
 	} else {
 		l.stuck++
 	}
-	l.kicked = true
+	if !l.headingFor(moved) {
+		l.kicked = true
+	}
 	l.waiting = false
+}
+
+// headingFor reports whether a KeepAlive of the session already heads for
+// the master: one still waiting for the sender, which sends it on the
+// client's connection as it is when sent, or, if onConn, one out on the
+// client's current connection. A second one sent at once would only
+// supersede it at the master: an extra round trip per session in a
+// fail-over's storm. After a search that kept the client's connection,
+// a KeepAlive out on it is not counted (onConn false): it was silent,
+// and the search's answer is to send another (the master may have lost
+// it).
+func (l *loop) headingFor(onConn bool) bool {
+	var cur *transport.ClientConn
+	if onConn {
+		c := l.s.c
+		c.mu.Lock()
+		cur = c.mu.conn
+		c.mu.Unlock()
+	}
+	for _, ka := range l.live {
+		if ka.given {
+			continue
+		}
+		ks := ka.kc.ks.Load()
+		if ks == nil || (cur != nil && ks.cc == cur && ks.ctx.Err() == nil) {
+			return true
+		}
+	}
+	return false
 }

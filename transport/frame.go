@@ -82,7 +82,18 @@ func (f Frame) Decode(v any) error {
 // Size is the frame's length on the wire, header included.
 func (f Frame) Size() int { return HeaderLen + len(f.Body) }
 
+// decodeBody decodes body, one msgpack value, into v. A v that parses its
+// own bytes (msgpack.Unmarshaler, as a KeepAlive batch does) is handed
+// the body itself, as msgpack's decoder would hand it the value's bytes,
+// without a decoder's pass over them first: a Frame's body is exactly one
+// well-formed value (ReadFrame checked it), so the bytes are the value's.
 func decodeBody(body []byte, v any) error {
+	if u, ok := v.(msgpack.Unmarshaler); ok {
+		if err := u.UnmarshalMsgpack(body); err != nil {
+			return fmt.Errorf("%w: %v", ErrMalformedFrame, err)
+		}
+		return nil
+	}
 	fd := decoders.Get().(*frameDecoder)
 	fd.r.Reset(body)
 	err := fd.dec.Decode(v)
