@@ -50,14 +50,15 @@ import (
 // Why groupUnit: counted as n units, a group of n let a window of 64
 // carry at most 64 session creations into a slot whatever the clients
 // sent (opens were bounded by the window, not by Paxos or the CPU);
-// counted as one unit, 64 calls of api.MaxCreateSessions put 16,384
-// commands between another tenant's command and its slot, more than the
-// Paxos core queues (paxos.Config.MaxBatch 256 times 4 times MaxInflight
-// 1), so that command was refused as busy rather than delayed. With 8
-// commands a unit the default window holds at most (64+31)*8 = 760
-// commands, three slots of 256, and BenchmarkOpenSessions (8 Clients,
-// 64 NewSession calls in flight each) still fits its 512 in flight in
-// the window.
+// counted as one unit, 64 calls of api.MaxCreateSessions let 16,384
+// commands (4,096 past the pipeline's maxInPaxos) ahead of another
+// tenant's command, more than the Paxos core queues (1,024: 4 times
+// paxos.Config.MaxBatch 256 times MaxInflight 1), so that command was
+// refused as busy rather than delayed (TestCreateSessionsFloodVictimWait).
+// With 8 commands a unit the default window holds at most (64+31)*8 = 760
+// commands, under three slots of 256, and client.BenchmarkOpenSessions
+// (8 Clients, 64 NewSession calls in flight each, 512 in all) puts as
+// many creations into a slot as with one unit a call.
 //
 // Which commands come here is routeFor's decision (pipeline.go); the time
 // stamp is taken when the run loop proposes a command, so one that waited
