@@ -44,13 +44,13 @@ type LockcellTarget struct {
 // most maxSessionConns connections, opening at most openPerConn of a
 // connection's sessions at once on at most 8 connections at once: 512
 // NewSession calls in flight. A Client joins its concurrent NewSession
-// calls into CreateSessions calls, one in flight at a time, and the master
-// queues and schedules each such call as one unit of the tenant's fair
-// share (cell/fair.go), so 8 calls are queued at most, far below the 256 a
-// tenant may have queued before it is shed. On this 2-core machine 64 a
-// connection opened about twice as many sessions a second as 24 (each
-// call and slot carries more: client.BenchmarkOpenSessions shows 111
-// creations a slot against 43), and more than 128 did.
+// calls into CreateSessions calls, and the master charges a call of n
+// sessions ceil(n/8) units of the tenant's fair share (cell/fair.go), so
+// the calls of 8 connections opening 64 each hold at most 64 units, far
+// below the 256 a tenant may have queued before it is shed. On this 2-core
+// machine 64 a connection opened about twice as many sessions a second as
+// 24 (each call and slot carries more: client.BenchmarkOpenSessions shows
+// 111 creations a slot against 43), and 128 opened no more than 64.
 const (
 	poolConns       = 16
 	sessionsPerConn = 500
