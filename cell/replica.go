@@ -631,13 +631,17 @@ func (r *Replica) run(ctx context.Context) {
 	// its lease must never run slower than the clock.
 	lastTick := monotime.Now()
 	recv := r.ep.Recv()
+	var slow slowSteps
 	for {
+		var caughtUp time.Duration
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 			r.watch.begin()
+			slow.stepStart = monotime.Now()
 			n := monotime.Now().Sub(lastTick) / interval
+			caughtUp = n
 			for i := time.Duration(0); i < n; i++ {
 				r.node.Tick()
 			}
@@ -645,20 +649,24 @@ func (r *Replica) run(ctx context.Context) {
 			r.maybeReportProgress(monotime.Now())
 		case pm := <-recv:
 			r.watch.begin()
+			slow.stepStart = monotime.Now()
 			if err := r.step(pm); err != nil {
 				r.fail(err)
 				return
 			}
 		case <-r.pipe.wake:
 			r.watch.begin()
+			slow.stepStart = monotime.Now()
 			// Everything queued goes into the core together, so that
 			// concurrent proposals share one slot (group commit).
 			r.pipe.dispatch()
 		case f := <-r.ctlC:
 			r.watch.begin()
+			slow.stepStart = monotime.Now()
 			f()
 		case <-r.logw.done:
 			r.watch.begin()
+			slow.stepStart = monotime.Now()
 			if err := r.persisted(); err != nil {
 				r.fail(err)
 				return
@@ -678,7 +686,45 @@ func (r *Replica) run(ctx context.Context) {
 		}
 		r.afterStep(lastTick, interval)
 		r.watch.end()
+		slow.note(r, monotime.Now(), caughtUp)
 	}
+}
+
+// slowSteps tells the log when the run loop was held up: a step that ran
+// longer than a heartbeat interval, or ticks that came due in a burst (the
+// loop or the process did not run for that long). Either one delays the
+// lease renewals and heartbeats this replica sends and answers, and, with
+// one under load, the master may lose its lease. It logs at most once a
+// second, with how many such steps there were since.
+type slowSteps struct {
+	stepStart monotime.Time
+	applied   uint64
+	count     int
+	longest   time.Duration
+	maxTicks  time.Duration
+	lastLog   monotime.Time
+}
+
+// note ends a step of the loop at now; ticks is how many ticks it caught
+// up (0 if it did not tick).
+func (s *slowSteps) note(r *Replica, now monotime.Time, ticks time.Duration) {
+	took := now.Sub(s.stepStart)
+	limit := r.takeOverWait()
+	if (s.stepStart != 0 && took > limit) || ticks*r.tickInterval() > limit {
+		s.count++
+		s.longest = max(s.longest, took)
+		s.maxTicks = max(s.maxTicks, ticks)
+		if s.lastLog == 0 || now.Sub(s.lastLog) >= time.Second {
+			applied := r.ns.AppliedSlot()
+			r.log.Info("run loop held up", "steps", s.count, "longest_step", s.longest, "most_ticks_at_once", int64(s.maxTicks),
+				"slots_applied", applied-min(applied, s.applied), "master", r.master.Load() != nil)
+			s.count, s.longest, s.maxTicks, s.lastLog = 0, 0, 0, now
+		}
+	}
+	if s.lastLog == now || s.applied == 0 {
+		s.applied = r.ns.AppliedSlot()
+	}
+	s.stepStart = 0
 }
 
 // persisted tells the core how far the log writer has carried out its
