@@ -1,6 +1,7 @@
 package session
 
 import (
+	"container/heap"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -208,28 +209,55 @@ func (m *Manager) Start(failover bool, existing []ID) error {
 	case stateStopped:
 		return ErrNotServing
 	}
-	seen := make(map[ID]struct{}, len(existing))
-	for _, id := range existing {
-		if _, dup := seen[id]; dup {
-			return fmt.Errorf("%w: session %d listed twice", ErrDuplicateSession, id)
+	// IDs in ascending order (a new master's scan of the session records
+	// yields them so) cannot repeat; only others need a set to tell.
+	if !ascending(existing) {
+		seen := make(map[ID]struct{}, len(existing))
+		for _, id := range existing {
+			if _, dup := seen[id]; dup {
+				return fmt.Errorf("%w: session %d listed twice", ErrDuplicateSession, id)
+			}
+			seen[id] = struct{}{}
 		}
-		seen[id] = struct{}{}
 	}
 	now := m.clock.Now()
 	end := now.Add(m.cfg.MaxLease)
 	if len(m.mu.sessions) == 0 {
 		m.mu.sessions = make(map[ID]*sess, len(existing))
 	}
+	// NB: the sessions, and their fail-over events, are allocated in one
+	// block each rather than one by one: at 100,000 sessions that is
+	// 200,000 allocations fewer on the new master's run loop. A block is
+	// freed once the last session in it is gone (each session's queue
+	// holds a slice of one event with no room to grow, so a later push
+	// moves it out, and ack clears only its own event).
+	block := make([]sess, len(existing))
+	var events []api.Event
+	if failover {
+		events = make([]api.Event, len(existing))
+	}
+	filed := len(m.mu.leases)
 	m.mu.leases = slices.Grow(m.mu.leases, len(existing))
-	for _, id := range existing {
-		s := &sess{id: id, leaseEnd: end}
+	for i, id := range existing {
+		s := &block[i]
+		*s = sess{id: id, leaseEnd: end, heapKey: end, heapIdx: len(m.mu.leases)}
 		if failover {
-			s.q.push(api.Event{Kind: api.EventMasterFailover, Epoch: m.cfg.Epoch}, m.cfg.MaxEvents)
-			s.failoverSeq = s.q.last
-			m.mu.failoverCount++
+			s.q.last = 1
+			events[i] = api.Event{Kind: api.EventMasterFailover, Seq: 1, Epoch: m.cfg.Epoch}
+			s.q.events = events[i : i+1 : i+1]
+			s.failoverSeq = 1
 		}
 		m.mu.sessions[id] = s
-		m.mu.leases.add(s)
+		m.mu.leases = append(m.mu.leases, s)
+	}
+	if failover {
+		m.mu.failoverCount += len(existing)
+	}
+	// Every session taken over shares one lease end, so sessions filed in
+	// ascending ID order after none already form a heap; otherwise the
+	// index is built in one pass (O(n)) rather than by n pushes.
+	if filed > 0 || !ascending(existing) {
+		heap.Init(&m.mu.leases)
 	}
 	m.maybeCloseFailoverLocked()
 	m.mu.state = stateServing
@@ -273,6 +301,16 @@ func (m *Manager) Stop() {
 		close(m.decisions)
 		m.log.Info("session manager stopped", "epoch", api.Epoch(m.cfg.Epoch).String())
 	})
+}
+
+// ascending reports whether ids are in strictly ascending order.
+func ascending(ids []ID) bool {
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // Decisions returns the channel on which the expiry goroutine hands out
