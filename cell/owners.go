@@ -4,7 +4,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/lockcell/lockcell/api"
 	"github.com/lockcell/lockcell/namespace"
 )
 
@@ -42,14 +41,14 @@ func (o *sessionOwners) add(sess uint64, c namespace.Caller) {
 // addAll records every session of list as live, owned by its tenant and
 // principal, under one lock (a new master taking over the sessions of the
 // applied state).
-func (o *sessionOwners) addAll(list []api.SessionInfo) {
+func (o *sessionOwners) addAll(list []namespace.SessionOwner) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.mu.owners) == 0 {
 		o.mu.owners = make(map[uint64]namespace.Caller, len(list))
 	}
 	for _, s := range list {
-		o.mu.owners[s.ID] = namespace.Caller{Tenant: s.Tenant, Principal: s.Principal}
+		o.mu.owners[s.ID] = s.Owner
 	}
 }
 
