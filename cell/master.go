@@ -241,6 +241,12 @@ func (m *master) stop() {
 // leaves room for the clients' own commands.
 const expireInflight = 256
 
+// expiryLogBurst is how many expiries a second the master logs one by one.
+// Past it (a fail-over can expire tens of thousands of sessions at once)
+// they are counted and summed up in one line when the second ends: a line
+// per session made the log cost the master more than the expiries did.
+const expiryLogBurst = 16
+
 // expireLoop turns the session manager's expiry decisions into logged
 // ExpireSession commands (Chubby: the lease ran out, so the session ends,
 // its locks are released with lock-delay and its ephemeral nodes deleted),
@@ -261,6 +267,12 @@ func (m *master) expireLoop() {
 	pause := time.NewTimer(time.Hour)
 	pause.Stop()
 	paused := false
+	// The expiries logged one by one in the second from logFrom, and the
+	// ones only counted since; summary ends that second.
+	summary := time.NewTimer(time.Hour)
+	summary.Stop()
+	var logFrom time.Time
+	logged, unlogged := 0, 0
 	for {
 		for !paused && inflight < expireInflight && len(queue) > 0 {
 			sess := queue[0]
@@ -276,7 +288,18 @@ func (m *master) expireLoop() {
 				return
 			}
 			m.deps.metrics.expiries.Inc()
-			m.deps.log.Info("session lease ran out; expiring it", "session", d.Session)
+			if unlogged == 0 && time.Since(logFrom) >= time.Second {
+				logFrom, logged = time.Now(), 0
+			}
+			if logged < expiryLogBurst {
+				logged++
+				m.deps.log.Info("session lease ran out; expiring it", "session", d.Session)
+			} else {
+				if unlogged == 0 {
+					summary.Reset(time.Until(logFrom.Add(time.Second)))
+				}
+				unlogged++
+			}
 			queue = append(queue, uint64(d.Session))
 		case o := <-done:
 			inflight--
@@ -294,6 +317,10 @@ func (m *master) expireLoop() {
 			}
 		case <-pause.C:
 			paused = false
+		case <-summary.C:
+			m.deps.log.Info("more sessions' leases ran out; expiring them", "sessions", unlogged,
+				"queued", len(queue), "in_flight", inflight)
+			logFrom, logged, unlogged = time.Now(), 0, 0
 		}
 	}
 }

@@ -3,6 +3,7 @@ package cell_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -254,7 +255,9 @@ func TestManyExpiriesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Sixteen commands per slot, one slot in flight: the core queues
 		// 4*1*16 = 64 commands at most.
-		c := celltest.Start(t, celltest.Options{Tune: func(cfg *cell.Config) { cfg.MaxBatch = 16 }})
+		lines := &expiryLines{}
+		c := celltest.Start(t, celltest.Options{Tune: func(cfg *cell.Config) { cfg.MaxBatch = 16 },
+			Logger: slog.New(lines)})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		var mute atomic.Bool
@@ -300,5 +303,51 @@ func TestManyExpiriesAtOnce(t *testing.T) {
 		if c.Master() != m {
 			t.Fatal("the master changed")
 		}
+		// The log names the first expiries of each second one by one and
+		// sums up the rest: every expiry is accounted for, in a few lines.
+		time.Sleep(2 * time.Second) // the last summary ends its second
+		one, summed, summaries := lines.counts()
+		t.Logf("expiries logged: %d one by one, %d in %d summary lines", one, summed, summaries)
+		if one+summed != n {
+			t.Fatalf("the log accounts for %d expiries (%d one by one, %d summed), want %d", one+summed, one, summed, n)
+		}
+		if one+summaries > n/4 {
+			t.Fatalf("%d expiries took %d log lines (%d one by one, %d summaries), want at most %d", n, one+summaries, one, summaries, n/4)
+		}
 	})
+}
+
+// expiryLines is a slog.Handler counting the master's expiry log lines:
+// those naming one session, and the summaries with how many they sum up.
+type expiryLines struct {
+	mu                   sync.Mutex
+	one, summed, summary int
+}
+
+func (h *expiryLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *expiryLines) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *expiryLines) WithGroup(string) slog.Handler            { return h }
+
+func (h *expiryLines) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch r.Message {
+	case "session lease ran out; expiring it":
+		h.one++
+	case "more sessions' leases ran out; expiring them":
+		h.summary++
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "sessions" {
+				h.summed += int(a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return nil
+}
+
+func (h *expiryLines) counts() (one, summed, summaries int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.one, h.summed, h.summary
 }

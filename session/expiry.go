@@ -58,7 +58,7 @@ func (m *Manager) decide(now monotime.Time) (due []Decision, next monotime.Time,
 		m.clearFailoverLocked(s)
 		m.mu.expiries++
 		due = append(due, Decision{Session: s.id, LeaseEnd: s.leaseEnd})
-		m.log.Info("session lease ran out; expiry decided",
+		m.log.Debug("session lease ran out; expiry decided",
 			"session", s.id, "late_by", now.Sub(s.leaseEnd))
 		m.checkLocked(s)
 	}
