@@ -638,9 +638,8 @@ func (r *Replica) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			r.watch.begin()
-			slow.stepStart = monotime.Now()
-			n := monotime.Now().Sub(lastTick) / interval
+			r.beginStep(&slow)
+			n := slow.start.Sub(lastTick) / interval
 			caughtUp = n
 			for i := time.Duration(0); i < n; i++ {
 				r.node.Tick()
@@ -648,25 +647,21 @@ func (r *Replica) run(ctx context.Context) {
 			lastTick = lastTick.Add(n * interval)
 			r.maybeReportProgress(monotime.Now())
 		case pm := <-recv:
-			r.watch.begin()
-			slow.stepStart = monotime.Now()
+			r.beginStep(&slow)
 			if err := r.step(pm); err != nil {
 				r.fail(err)
 				return
 			}
 		case <-r.pipe.wake:
-			r.watch.begin()
-			slow.stepStart = monotime.Now()
+			r.beginStep(&slow)
 			// Everything queued goes into the core together, so that
 			// concurrent proposals share one slot (group commit).
 			r.pipe.dispatch()
 		case f := <-r.ctlC:
-			r.watch.begin()
-			slow.stepStart = monotime.Now()
+			r.beginStep(&slow)
 			f()
 		case <-r.logw.done:
-			r.watch.begin()
-			slow.stepStart = monotime.Now()
+			r.beginStep(&slow)
 			if err := r.persisted(); err != nil {
 				r.fail(err)
 				return
@@ -690,41 +685,44 @@ func (r *Replica) run(ctx context.Context) {
 	}
 }
 
+// beginStep marks the start of a step of the run loop, for the watchdog
+// and for the log of held-up steps.
+func (r *Replica) beginStep(slow *slowSteps) {
+	r.watch.begin()
+	slow.start = monotime.Now()
+}
+
 // slowSteps tells the log when the run loop was held up: a step that ran
-// longer than a heartbeat interval, or ticks that came due in a burst (the
-// loop or the process did not run for that long). Either one delays the
-// lease renewals and heartbeats this replica sends and answers, and, with
-// one under load, the master may lose its lease. It logs at most once a
-// second, with how many such steps there were since.
+// longer than a heartbeat interval (a quarter of the master lease), or
+// ticks that came due in a burst (the loop or the process did not run for
+// that long). Either one delays the lease renewals and heartbeats this
+// replica sends and answers, and, with one under load, the master may lose
+// its lease. It logs at most once a second, with how many such steps there
+// were since.
 type slowSteps struct {
-	stepStart monotime.Time
-	applied   uint64
-	count     int
-	longest   time.Duration
-	maxTicks  time.Duration
-	lastLog   monotime.Time
+	start    monotime.Time // of the current step
+	count    int
+	longest  time.Duration
+	maxTicks time.Duration
+	lastLog  monotime.Time
 }
 
 // note ends a step of the loop at now; ticks is how many ticks it caught
 // up (0 if it did not tick).
 func (s *slowSteps) note(r *Replica, now monotime.Time, ticks time.Duration) {
-	took := now.Sub(s.stepStart)
+	took := now.Sub(s.start)
 	limit := r.takeOverWait()
-	if (s.stepStart != 0 && took > limit) || ticks*r.tickInterval() > limit {
-		s.count++
-		s.longest = max(s.longest, took)
-		s.maxTicks = max(s.maxTicks, ticks)
-		if s.lastLog == 0 || now.Sub(s.lastLog) >= time.Second {
-			applied := r.ns.AppliedSlot()
-			r.log.Info("run loop held up", "steps", s.count, "longest_step", s.longest, "most_ticks_at_once", int64(s.maxTicks),
-				"slots_applied", applied-min(applied, s.applied), "master", r.master.Load() != nil)
-			s.count, s.longest, s.maxTicks, s.lastLog = 0, 0, 0, now
-		}
+	if took <= limit && ticks*r.tickInterval() <= limit {
+		return
 	}
-	if s.lastLog == now || s.applied == 0 {
-		s.applied = r.ns.AppliedSlot()
+	s.count++
+	s.longest = max(s.longest, took)
+	s.maxTicks = max(s.maxTicks, ticks)
+	if s.lastLog == 0 || now.Sub(s.lastLog) >= time.Second {
+		r.log.Info("run loop held up", "steps", s.count, "longest_step", s.longest, "most_ticks_at_once", int64(s.maxTicks),
+			"applied_slot", r.ns.AppliedSlot(), "master", r.master.Load() != nil)
+		s.count, s.longest, s.maxTicks, s.lastLog = 0, 0, 0, now
 	}
-	s.stepStart = 0
 }
 
 // persisted tells the core how far the log writer has carried out its
