@@ -226,7 +226,8 @@ func (s *scheduler) next() *proposal {
 		return nil
 	}
 	s.d.queued(tenant, -(1 + len(p.members)))
-	w := &windowPlace{s: s, units: u}
+	w := &p.ownPlace
+	w.s, w.units = s, u
 	w.held.Store(int32(1 + len(p.members)))
 	p.place = w
 	for _, q := range p.members {

@@ -185,8 +185,9 @@ type proposal struct {
 	// while the group waits in its tenant queue; nil once dispatched.
 	members []*proposal
 	// place is the scheduler window place it holds (alone or with its
-	// group), if any.
-	place *windowPlace
+	// group), if any: its own ownPlace, or its group leader's.
+	place    *windowPlace
+	ownPlace windowPlace
 	// answered is set by finish, to catch a second delivery (invariants).
 	answered atomic.Bool
 }
@@ -215,26 +216,7 @@ func (p *proposal) finish(res namespace.Result, err error) {
 // cancellation; once proposed it may still be applied, and done gets that
 // outcome. submit never blocks, so the run loop may call it.
 func (pl *pipeline) submit(ctx context.Context, m *master, o origin, caller namespace.Caller, op namespace.Op, done func(namespace.Result, error)) {
-	p := &proposal{ctx: ctx, m: m, caller: caller, op: op, route: routeFor(o, caller), done: done}
-	if m == nil {
-		p.finish(namespace.Result{}, pl.env.notMaster())
-		return
-	}
-	if p.route == routeDirect {
-		pl.mu.Lock()
-		if pl.mu.stopped {
-			pl.mu.Unlock()
-			p.finish(namespace.Result{}, errUnavailable("the replica stopped"))
-			return
-		}
-		pl.mu.direct = append(pl.mu.direct, p)
-		pl.mu.Unlock()
-		pl.poke()
-		return
-	}
-	if err := m.sched.submit(caller.Tenant, p, p.route == routeFairNoShed); err != nil {
-		p.finish(namespace.Result{}, err)
-	}
+	pl.enqueue(m, &proposal{ctx: ctx, m: m, caller: caller, op: op, route: routeFor(o, caller), done: done}, nil)
 }
 
 // submitGroup submits ops for caller as one group, under the master role
@@ -253,8 +235,17 @@ func (pl *pipeline) submitGroup(ctx context.Context, m *master, o origin, caller
 	for i, op := range ops {
 		ps[i] = &proposal{ctx: ctx, m: m, caller: caller, op: op, route: r, done: func(res namespace.Result, err error) { done(i, res, err) }}
 	}
+	pl.enqueue(m, ps[0], ps[1:])
+}
+
+// enqueue queues lead, with the other commands of its group (members;
+// none for a command alone), on its route under the master role m, or
+// answers them all at once if they cannot be queued (m nil, a stopped
+// replica, a full tenant queue).
+func (pl *pipeline) enqueue(m *master, lead *proposal, members []*proposal) {
 	finishAll := func(err error) {
-		for _, p := range ps {
+		lead.finish(namespace.Result{}, err)
+		for _, p := range members {
 			p.finish(namespace.Result{}, err)
 		}
 	}
@@ -262,21 +253,23 @@ func (pl *pipeline) submitGroup(ctx context.Context, m *master, o origin, caller
 		finishAll(pl.env.notMaster())
 		return
 	}
-	if r == routeDirect {
+	if lead.route == routeDirect {
 		pl.mu.Lock()
 		if pl.mu.stopped {
 			pl.mu.Unlock()
 			finishAll(errUnavailable("the replica stopped"))
 			return
 		}
-		pl.mu.direct = append(pl.mu.direct, ps...)
+		pl.mu.direct = append(pl.mu.direct, lead)
+		pl.mu.direct = append(pl.mu.direct, members...)
 		pl.mu.Unlock()
 		pl.poke()
 		return
 	}
-	lead := ps[0]
-	lead.members = ps[1:]
-	if err := m.sched.submit(caller.Tenant, lead, r == routeFairNoShed); err != nil {
+	if len(members) > 0 {
+		lead.members = members
+	}
+	if err := m.sched.submit(lead.caller.Tenant, lead, lead.route == routeFairNoShed); err != nil {
 		lead.members = nil
 		finishAll(err)
 	}
