@@ -211,7 +211,8 @@ func (m *Manager) Start(failover bool, existing []ID) error {
 	}
 	// IDs in ascending order (a new master's scan of the session records
 	// yields them so) cannot repeat; only others need a set to tell.
-	if !ascending(existing) {
+	asc := ascending(existing)
+	if !asc {
 		seen := make(map[ID]struct{}, len(existing))
 		for _, id := range existing {
 			if _, dup := seen[id]; dup {
@@ -229,8 +230,8 @@ func (m *Manager) Start(failover bool, existing []ID) error {
 	// block each rather than one by one: at 100,000 sessions that is
 	// 200,000 allocations fewer on the new master's run loop. A block is
 	// freed once the last session in it is gone (each session's queue
-	// holds a slice of one event with no room to grow, so a later push
-	// moves it out, and ack clears only its own event).
+	// starts as one place of the event block with no room to grow, so a
+	// later push moves it out, and ack clears only its own event).
 	block := make([]sess, len(existing))
 	var events []api.Event
 	if failover {
@@ -242,10 +243,9 @@ func (m *Manager) Start(failover bool, existing []ID) error {
 		s := &block[i]
 		*s = sess{id: id, leaseEnd: end, heapKey: end, heapIdx: len(m.mu.leases)}
 		if failover {
-			s.q.last = 1
-			events[i] = api.Event{Kind: api.EventMasterFailover, Seq: 1, Epoch: m.cfg.Epoch}
-			s.q.events = events[i : i+1 : i+1]
-			s.failoverSeq = 1
+			s.q.events = events[i : i : i+1] // the place push fills
+			s.q.push(api.Event{Kind: api.EventMasterFailover, Epoch: m.cfg.Epoch}, m.cfg.MaxEvents)
+			s.failoverSeq = s.q.last
 		}
 		m.mu.sessions[id] = s
 		m.mu.leases = append(m.mu.leases, s)
@@ -256,7 +256,7 @@ func (m *Manager) Start(failover bool, existing []ID) error {
 	// Every session taken over shares one lease end, so sessions filed in
 	// ascending ID order after none already form a heap; otherwise the
 	// index is built in one pass (O(n)) rather than by n pushes.
-	if filed > 0 || !ascending(existing) {
+	if filed > 0 || !asc {
 		heap.Init(&m.mu.leases)
 	}
 	m.maybeCloseFailoverLocked()
