@@ -29,9 +29,9 @@ func handleCreateSession(ctx context.Context, c *rpcCall, req *api.CreateSession
 
 // handleCreateSessions creates the sessions of a CreateSessions call: one
 // CreateSession command for each the rate let in (admit), submitted as one
-// group (pipeline.submitGroup), so that they share a slot and take one
-// place of the tenant's fair share as the one call they are, each held to
-// the tenant's session quota in turn as it is applied. It answers once
+// group (pipeline.submitGroup), so that they share a slot and cost the
+// tenant's fair share ceil(n/groupUnit) units for n (fair.go), each held
+// to the tenant's session quota in turn as it is applied. It answers once
 // every command has its outcome, each in its entry; if none created a
 // session the call fails with the first entry's error, so that a client
 // treats it as it would a failed CreateSession (a NotMaster redirects it,
