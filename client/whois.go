@@ -112,7 +112,7 @@ func (c *Client) lookupDialTimeout() time.Duration {
 
 // Looking up the master: one search per client at a time.
 //
-// A search (findServingMaster) costs a connection or two, so a client
+// A search (findServingMaster) costs the cell a handshake, so a client
 // runs at most one at a time, however many of its sessions or
 // calls have reason to look: the first starts it, the others join it, and
 // all of them learn its result. It ends when it finds the master, when
@@ -271,11 +271,12 @@ const searchStagger = 250 * time.Millisecond
 // the search: first the client's own connection, if it has one that is
 // not to the master it distrusts; then the replica whose answer named the
 // master last time (it was in touch with the cell then); then the others,
-// from a random one on, those it can resume a TLS session with first. The next is asked when none asked so far can
-// help: the one asked last has not answered within searchStagger (down,
-// or too busy to handshake), failed, or answered that it is out of touch
-// with a quorum of the cell (not counting except), so that it could not
-// learn of a new master. A replica in touch with a quorum is asked again
+// from a random one on, those it can resume a TLS session with first.
+// The next is asked when none asked so far can help: the one asked last
+// has not answered within searchStagger (down, or too busy to
+// handshake), failed, or answered that it is out of touch with a quorum
+// of the cell (not counting except), so that it could not learn of a new
+// master. A replica in touch with a quorum is asked again
 // and again, alone. So a search costs the cell one handshake, or none
 // (and a resumed one, transport.DialConfig.SessionCache), rather than one
 // per replica: in a fail-over of a thousand clients that is the
@@ -294,8 +295,12 @@ const searchStagger = 250 * time.Millisecond
 // the new master within a round trip of the election. The first answer
 // naming one decides. The address skip (except's) is not asked.
 //
-// Without except, a replica that serves as master decides; one that
-// names another replica as master has that one asked at once.
+// Without except, the first replica that answers that it serves as master
+// decides. No majority of answers is waited for: a claim that is out of
+// date (a master that lost its lease since it answered) costs only the
+// client's next call, which that replica answers "not master", and the
+// search that follows. One that names another replica as master has that
+// one asked at once.
 //
 // Replicas are Config.Addrs and every address the answers list, so a
 // client given only some of the replicas still finds a master among the
@@ -309,19 +314,13 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 	// close it when the search ends.
 	var keep atomic.Pointer[transport.ClientConn]
 	own, order := c.searchOrder(except, skip)
-	const (
-		pending = iota // asked, no answer yet
-		helps          // answered, in touch with a quorum
-		useless        // failed, or out of touch
-	)
-	state := map[string]int{}     // of the replicas asked
-	launched := map[string]bool{} // the replicas asked
-	var queue []string            // known, not asked yet, in order
-	known := func(a string) bool { return a == "" || launched[a] || slices.Contains(queue, a) }
-	for _, a := range order {
-		if !slices.Contains(queue, a) {
-			queue = append(queue, a)
-		}
+	// helps holds the replicas asked: true once one answered that it is
+	// in touch with a quorum (it is asked again and again, alone).
+	helps := map[string]bool{}
+	queue := order // known, not asked yet, in order (searchOrder has no repeats)
+	known := func(a string) bool {
+		_, asked := helps[a]
+		return a == "" || asked || slices.Contains(queue, a)
 	}
 	askNext := func() bool {
 		if len(queue) == 0 {
@@ -329,8 +328,7 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 		}
 		a := queue[0]
 		queue = queue[1:]
-		launched[a] = true
-		state[a] = pending
+		helps[a] = false
 		var borrowed *transport.ClientConn
 		if own != nil && own.Addr() == a {
 			borrowed = own
@@ -341,7 +339,7 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 	// askFirst moves a (a master named by an answer) to the head of the
 	// queue and asks it now.
 	askFirst := func(a string) {
-		if launched[a] || (except != 0 && a == skip) {
+		if _, asked := helps[a]; asked {
 			return
 		}
 		queue = slices.DeleteFunc(queue, func(q string) bool { return q == a })
@@ -349,8 +347,8 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 		askNext()
 	}
 	anyHelps := func() bool {
-		for _, st := range state {
-			if st == helps {
+		for _, h := range helps {
+			if h {
 				return true
 			}
 		}
@@ -404,7 +402,7 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 			c.mu.lastNamer = a.addr
 			c.mu.Unlock()
 			c.log.Debug("client: the search found the master", "master", found, "named_by", a.addr,
-				"replicas_asked", len(launched), "search_conn_kept", cc != nil)
+				"replicas_asked", len(helps), "search_conn_kept", cc != nil)
 			return found, cc, nil
 		}
 		if except == 0 && a.err == nil && a.st.Master != 0 && a.st.Master != a.st.Replica {
@@ -415,10 +413,10 @@ func (c *Client) findServingMaster(ctx context.Context, except uint64, skip stri
 			}
 		}
 		if a.err == nil && c.inQuorum(&a.st, except) {
-			state[a.addr] = helps
+			helps[a.addr] = true
 			continue
 		}
-		state[a.addr] = useless
+		helps[a.addr] = false
 		if !anyHelps() && askNext() {
 			timer.Reset(stagger)
 		}
