@@ -470,18 +470,25 @@ func (c *Client) dial(ctx context.Context, addrs []string, start int, delay time
 
 // dialConfig dials with dc completed from the client's Config.
 func (c *Client) dialConfig(ctx context.Context, dc transport.DialConfig) (*transport.ClientConn, error) {
-	dc.CA, dc.Certificate, dc.Logger = c.cfg.CA, c.cfg.Certificate, c.log
-	dc.HandshakeTimeout, dc.IdleTimeout = c.cfg.HandshakeTimeout, c.cfg.IdleTimeout
-	dc.LocalAddr, dc.SessionCache = c.cfg.LocalAddr, c.cfg.sessions
-	if c.cfg.PacketConn != nil {
-		pc, err := c.cfg.PacketConn()
+	return c.cfg.dial(ctx, dc, c.log)
+}
+
+// dial dials with dc completed from cfg (CA, credentials, timeouts, local
+// address, socket, TLS session cache), logging to log, and counts the
+// connection made (ConnStats).
+func (cfg *Config) dial(ctx context.Context, dc transport.DialConfig, log *slog.Logger) (*transport.ClientConn, error) {
+	dc.CA, dc.Certificate, dc.Logger = cfg.CA, cfg.Certificate, log
+	dc.HandshakeTimeout, dc.IdleTimeout = cfg.HandshakeTimeout, cfg.IdleTimeout
+	dc.LocalAddr, dc.SessionCache = cfg.LocalAddr, cfg.sessions
+	if cfg.PacketConn != nil {
+		pc, err := cfg.PacketConn()
 		if err != nil {
 			return nil, fmt.Errorf("client: opening a socket: %w", err)
 		}
 		dc.PacketConn = pc
 	}
 	cc, err := transport.Dial(ctx, dc)
-	c.cfg.counts.dialed(cc)
+	cfg.counts.dialed(cc)
 	return cc, err
 }
 

@@ -21,7 +21,8 @@ type ConnStats struct {
 	// connections they made. A search asks on the client's own connection
 	// when it can, and one replica at a time otherwise, so it makes one
 	// connection or none when all goes well; when the replica it asked
-	// was the master, the search's connection becomes the client's.
+	// was the master, the search's connection becomes the client's
+	// (unless the client was already dialing it).
 	Searches, SearchDials uint64
 }
 

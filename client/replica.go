@@ -26,21 +26,7 @@ func cellStatusAt(ctx context.Context, cfg Config, addr string) (*api.CellStatus
 // dialReplica dials the replica at addr alone, with cfg's CA, credentials,
 // timeouts and socket (cfg.PacketConn).
 func dialReplica(ctx context.Context, cfg Config, addr string) (*transport.ClientConn, error) {
-	dc := transport.DialConfig{
-		Addrs: []string{addr}, CA: cfg.CA, Certificate: cfg.Certificate,
-		HandshakeTimeout: cfg.HandshakeTimeout, IdleTimeout: cfg.IdleTimeout, Logger: cfg.Logger,
-		LocalAddr: cfg.LocalAddr, SessionCache: cfg.sessions,
-	}
-	if cfg.PacketConn != nil {
-		pc, err := cfg.PacketConn()
-		if err != nil {
-			return nil, fmt.Errorf("client: opening a socket: %w", err)
-		}
-		dc.PacketConn = pc
-	}
-	cc, err := transport.Dial(ctx, dc)
-	cfg.counts.dialed(cc)
-	return cc, err
+	return cfg.dial(ctx, transport.DialConfig{Addrs: []string{addr}}, cfg.Logger)
 }
 
 // cellStatusOn asks for the CellStatus on cc (token: the tenant token to
