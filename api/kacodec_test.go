@@ -129,6 +129,13 @@ func TestKeepAliveBatchCodecCompatible(t *testing.T) {
 		if bytes.Equal(hand, old) && len(req.KeepAlives) > 0 {
 			t.Fatal("the hand codec was not used: it wrote what reflection writes")
 		}
+		// Both forms take the master's fast path, not the fallback.
+		for _, b := range [][]byte{hand, old} {
+			p := kaParser{b: b}
+			if _, ok := p.batchRequest(); !ok || p.i != len(b) {
+				t.Fatalf("the request parser left %x to reflection (stopped at %d of %d bytes)", b, p.i, len(b))
+			}
+		}
 		if len(hand) > len(old) {
 			t.Fatalf("the hand encoding is %d bytes, reflection's %d", len(hand), len(old))
 		}
@@ -373,4 +380,60 @@ func decode(dec *msgpack.Decoder, rd *bytes.Reader, body []byte, v any) error {
 	}
 	rd.Reset(body)
 	return dec.Decode(v)
+}
+
+// TestKeepAliveBatchDecodeAllocs: a request, and a reply without events
+// or errors, decode in a few allocations per frame, not per entry. For a
+// reply, reflection (the fallback) makes several per entry, so a fast
+// path that stopped taking the common reply shows here; for a request it
+// does not (its entries hold no pointers), so what shows a request left to
+// reflection is TestKeepAliveBatchCodecCompatible's parser check.
+func TestKeepAliveBatchDecodeAllocs(t *testing.T) {
+	const n = 1000
+	rep := KeepAliveBatchReply{Replies: make([]KeepAliveStreamReply, n)}
+	for i := range rep.Replies {
+		rep.Replies[i] = KeepAliveStreamReply{Call: uint64(i + 1), KeepAlive: &KeepAliveResponse{LeaseTimeout: int64(12e9), Held: int64(i) * 1e6, Cadence: 1e9}}
+	}
+	body, err := msgpack.Marshal(&rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The master's side: a request of n entries, parsed from its bytes.
+	req := KeepAliveBatchRequest{KeepAlives: make([]KeepAliveStreamRequest, n)}
+	for i := range req.KeepAlives {
+		req.KeepAlives[i] = KeepAliveStreamRequest{Call: uint64(i + 1), KeepAlive: KeepAliveRequest{Header: Header{Session: uint64(i + 7), Epoch: 3}, Ack: uint64(i)}}
+	}
+	reqBody, err := msgpack.Marshal(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotReq KeepAliveBatchRequest
+	reqAllocs := testing.AllocsPerRun(20, func() {
+		gotReq = KeepAliveBatchRequest{}
+		if err := msgpack.Unmarshal(reqBody, &gotReq); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !reflect.DeepEqual(gotReq, req) {
+		t.Fatalf("decoded %d requests, not the %d encoded", len(gotReq.KeepAlives), n)
+	}
+	t.Logf("%v allocations to decode a request of %d entries", reqAllocs, n)
+	if reqAllocs > n/10 {
+		t.Fatalf("%v allocations to decode a request of %d entries: the hand codec's fast path was not taken", reqAllocs, n)
+	}
+
+	var got KeepAliveBatchReply
+	allocs := testing.AllocsPerRun(20, func() {
+		got = KeepAliveBatchReply{}
+		if err := msgpack.Unmarshal(body, &got); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(got.Replies) != n || !reflect.DeepEqual(got, rep) {
+		t.Fatalf("decoded %d replies, not the %d encoded", len(got.Replies), n)
+	}
+	t.Logf("%v allocations to decode a reply of %d entries", allocs, n)
+	if allocs > n/10 {
+		t.Fatalf("%v allocations to decode a reply of %d entries: the hand codec's fast path was not taken", allocs, n)
+	}
 }
