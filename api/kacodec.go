@@ -561,7 +561,8 @@ func (kb *keyBuf) read(dec *msgpack.Decoder) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !msgpcode.IsFixedString(c) || int(c&msgpcode.FixedStrMask) >= len(kb.b) {
+	// NB: a fixstr's header and at most 31 bytes always fit kb.b.
+	if !msgpcode.IsFixedString(c) {
 		s, err := dec.DecodeString()
 		return []byte(s), err
 	}

@@ -85,8 +85,10 @@ func (f Frame) Size() int { return HeaderLen + len(f.Body) }
 // decodeBody decodes body, one msgpack value, into v. A v that parses its
 // own bytes (msgpack.Unmarshaler, as a KeepAlive batch does) is handed
 // the body itself, as msgpack's decoder would hand it the value's bytes,
-// without a decoder's pass over them first: a Frame's body is exactly one
-// well-formed value (ReadFrame checked it), so the bytes are the value's.
+// without a decoder's pass over them first. That rests on Frame.Body's
+// contract (one well-formed msgpack value, as ReadFrame checks): trailing
+// bytes, which the decoder below refuses, are then the Unmarshaler's to
+// refuse.
 func decodeBody(body []byte, v any) error {
 	if u, ok := v.(msgpack.Unmarshaler); ok {
 		if err := u.UnmarshalMsgpack(body); err != nil {
