@@ -415,8 +415,13 @@ func (c *Client) startDialLocked() *dialAttempt {
 				_ = cc.Close()
 			}
 			d.err = ErrClosed
-		case err != nil && c.mu.moves != moves:
-			// The master was found elsewhere meanwhile: dial there.
+		case c.mu.moves != moves:
+			// The master was found elsewhere meanwhile (moveTo cancelled
+			// this dial, perhaps after it had connected): the next call
+			// dials there, not on to the place this one reached.
+			if cc != nil {
+				_ = cc.Close()
+			}
 		case err != nil:
 			c.mu.failures++
 			c.mu.notBefore = time.Now().Add(c.backoff(c.mu.failures))
